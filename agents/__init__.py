@@ -1,0 +1,24 @@
+"""The agents room: the multi-turn agent loop, scaffolds and token-exact trajectory recording.
+
+Entry point for the orchestrator: `agents.loop.run_episode`. Seams: `agents.protocol`
+(Scaffold, ChatTokenizer). No torch, no trainer imports here.
+"""
+
+from agents.config import AgentConfig
+from agents.loop import run_episode
+from agents.protocol import Action, ChatTokenizer, FormatError, Observation, Scaffold
+from agents.scripted import ScriptedModel, ScriptedReply
+from agents.tokenizer import Tokenizer
+
+__all__ = [
+    "Action",
+    "AgentConfig",
+    "ChatTokenizer",
+    "FormatError",
+    "Observation",
+    "Scaffold",
+    "ScriptedModel",
+    "ScriptedReply",
+    "Tokenizer",
+    "run_episode",
+]

@@ -1,0 +1,200 @@
+"""Sandbox images without a registry.
+
+The base image is bootstrapped offline from Debian packages (`debootstrap` into a folder, then
+`docker import`), so swefleet works on air-gapped machines and machines that cannot pull. Task
+images are layered on the base, tagged by a hash of their content, and reused.
+
+Users who can pull images may instead build `docker/base.Dockerfile` (its base is a build
+argument, e.g. `python:3.11-slim`) and pass the tag as `base_image`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import time
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from swefleet.types import Task
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_IMAGE = "swefleet-base:bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+#: What every sandbox needs: a Python with pytest for the task suites, git and patch for diffs.
+BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch", "procps", "ca-certificates")
+AGENT_UID = 1000
+LABEL_KIND = "swefleet.kind"
+
+
+def docker_client():
+    import docker
+
+    return docker.from_env(version="auto", timeout=120)
+
+
+def image_exists(tag: str) -> bool:
+    import docker.errors
+
+    try:
+        docker_client().images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def build_base_image(
+    tag: str = DEFAULT_BASE_IMAGE,
+    *,
+    suite: str = "bookworm",
+    mirror: str = DEFAULT_MIRROR,
+    packages: tuple[str, ...] = BASE_PACKAGES,
+    force: bool = False,
+) -> str:
+    """Bootstrap a Debian root filesystem and import it as `tag`. Reused unless `force`."""
+    if not force and image_exists(tag):
+        log.info("base image %s exists; reusing", tag)
+        return tag
+    if shutil.which("debootstrap") is None:
+        raise RuntimeError("debootstrap is not installed: `apt-get install debootstrap` (Debian)")
+    with tempfile.TemporaryDirectory(prefix="swefleet-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        cmd = [
+            "debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
+            suite, str(rootfs), mirror,
+        ]
+        log.info("bootstrapping %s: %s", tag, " ".join(cmd))
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        _prepare_rootfs(rootfs)
+        tar_path = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tar_path), "."], check=True)
+        _import_tar(tar_path, tag)
+    return tag
+
+
+def _prepare_rootfs(rootfs: Path) -> None:
+    """Add the unprivileged agent user and drop caches that only make the image bigger."""
+    subprocess.run(
+        ["chroot", str(rootfs), "useradd", "-m", "-u", str(AGENT_UID), "-s", "/bin/bash", "agent"],
+        check=True,
+    )
+    for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for p in (rootfs / sub).glob("*"):
+            if p.is_file():
+                p.unlink()
+    (rootfs / "testbed").mkdir(exist_ok=True)
+
+
+def _import_tar(tar_path: Path, tag: str) -> None:
+    repo, _, version = tag.partition(":")
+    changes = [
+        'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+        "ENV LANG=C.UTF-8",
+        'CMD ["/bin/bash"]',
+        f"LABEL {LABEL_KIND}=base",
+    ]
+    client = docker_client()
+    client.api.import_image_from_file(
+        str(tar_path), repository=repo, tag=version or "latest", changes=changes
+    )
+    log.info("imported %s", tag)
+
+
+def task_image_tag(task: Task, source_dir: Path, base_image: str) -> str:
+    """Content-addressed tag: same base + same files -> same image."""
+    h = hashlib.sha256(base_image.encode())
+    for path in sorted(p for p in source_dir.rglob("*") if p.is_file()):
+        if "__pycache__" in path.parts:
+            continue
+        h.update(str(path.relative_to(source_dir)).encode())
+        h.update(path.read_bytes())
+    h.update(task.workdir.encode())
+    slug = task.repo.replace("/", "__").lower()
+    return f"swefleet-task:{slug}-{h.hexdigest()[:12]}"
+
+
+def ensure_task_image(task: Task, source_dir: Path, base_image: str = DEFAULT_BASE_IMAGE) -> str:
+    """Build (or reuse) the image holding `source_dir` as a git repository at `task.workdir`."""
+    tag = task_image_tag(task, source_dir, base_image)
+    _touch_usage(tag)
+    if image_exists(tag):
+        return tag
+    context = _task_build_context(source_dir, base_image, task.workdir)
+    client = docker_client()
+    client.images.build(
+        fileobj=context, custom_context=True, tag=tag, rm=True, network_mode="none",
+        labels={LABEL_KIND: "task"},
+    )
+    log.info("built task image %s", tag)
+    return tag
+
+
+def _task_build_context(source_dir: Path, base_image: str, workdir: str) -> io.BytesIO:
+    dockerfile = f"""FROM {base_image}
+COPY repo {workdir}
+RUN cd {workdir} && git init -q && git config user.email swefleet@localhost \\
+ && git config user.name swefleet && git add -A && git commit -qm base \\
+ && git config --system --add safe.directory '*' && chown -R {AGENT_UID}:{AGENT_UID} {workdir}
+WORKDIR {workdir}
+"""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        tar.add(
+            str(source_dir), arcname="repo",
+            filter=lambda ti: None if "__pycache__" in ti.name else ti,
+        )
+    buf.seek(0)
+    return buf
+
+
+def _usage_file() -> Path:
+    root = Path(os.environ.get("SWEFLEET_CACHE", Path.home() / ".cache" / "swefleet"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root / "image_usage.json"
+
+
+def _touch_usage(tag: str) -> None:
+    """Record when a task image was last used (Docker itself does not track it)."""
+    path = _usage_file()
+    try:
+        usage = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        usage = {}
+    usage[tag] = time.time()
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(usage))
+    os.replace(tmp, path)
+
+
+def prune_images(older_than_days: float = 7.0) -> list[str]:
+    """Remove task images not used for `older_than_days` (the disk budget). Returns removed tags."""
+    import docker.errors
+
+    client = docker_client()
+    try:
+        usage = json.loads(_usage_file().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        usage = {}
+    cutoff = time.time() - older_than_days * 86400
+    removed = []
+    for image in client.images.list(filters={"label": f"{LABEL_KIND}=task"}):
+        for tag in image.tags:
+            if usage.get(tag, 0.0) >= cutoff:
+                continue
+            try:
+                client.images.remove(tag)
+                removed.append(tag)
+            except docker.errors.APIError as e:  # in use by a container: keep it
+                log.info("keeping %s: %s", tag, e.explanation)
+    return removed

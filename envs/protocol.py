@@ -1,0 +1,55 @@
+"""The environment room's seams: a sandbox to act in, a farm that hands sandboxes out, a grader."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from swefleet.types import GradeResult, Task
+
+
+class InfraError(Exception):
+    """The infrastructure failed (daemon error, container died). Never a model failure."""
+
+
+class CommandResult(BaseModel):
+    """Result of one shell command in a sandbox."""
+
+    output: str
+    """stdout+stderr, decoded with replacement, head+tail capped with a marker when cut."""
+    exit_code: int | None
+    """None when the command timed out and was killed."""
+    timed_out: bool = False
+    truncated_bytes: int = 0
+    """How many bytes of output were cut from the middle."""
+    duration_s: float = 0.0
+
+
+class Sandbox(Protocol):
+    """A running container with a persistent shell session (cwd/env persist between commands)."""
+
+    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def write_file(self, path: str, data: bytes) -> None: ...
+
+    async def diff(self) -> str:
+        """`git diff` of the working tree against the base state (the model patch)."""
+        ...
+
+
+class Farm(Protocol):
+    """Hands out sandboxes for an image; `async with farm.acquire(task) as sb: ...`."""
+
+    def acquire(self, task: Task) -> AbstractAsyncContextManager[Sandbox]: ...
+
+    async def close(self) -> None: ...
+
+
+class Grader(Protocol):
+    """Grades a patch for a task in a fresh container, independent of the agent's sandbox."""
+
+    async def grade(self, task: Task, model_patch: str) -> GradeResult: ...

@@ -1,0 +1,74 @@
+"""Eval report: every number recomputed from the raw per-episode records (`episodes.jsonl`).
+
+Schema `swefleet.eval/1` (JSON): success_rate, ci95, pass_at_k, pass_hat_k, avg_at_k, flip_rate,
+n_tasks, n_episodes, infra_errors, success_rate_infra_as_failure, tokens_mean, wall_s_mean,
+per_task. Infra errors are excluded from the rates (and counted); the `_infra_as_failure` rate
+counts them as failures, for comparison.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from evals.stats import bootstrap_ci, flip_rate, mean_pass_at_k, mean_pass_hat_k, success_rate
+
+SCHEMA = "swefleet.eval/1"
+
+
+def outcomes_by_task(records: list[dict], *, infra_as_failure: bool = False) -> dict[str, list[bool]]:
+    out: dict[str, list[bool]] = defaultdict(list)
+    for r in records:
+        if r["resolved"] is None:
+            if infra_as_failure:
+                out[r["task_id"]].append(False)
+            continue
+        out[r["task_id"]].append(bool(r["resolved"]))
+    return dict(out)
+
+
+def build_report(records: list[dict], k: int) -> dict:
+    outcomes = outcomes_by_task(records)
+    all_tasks = sorted({r["task_id"] for r in records})
+    ks = list(range(1, k + 1))
+    lo, hi = bootstrap_ci(outcomes)
+    tokens = [r.get("tokens", 0) for r in records]
+    walls = [r.get("wall_s", 0.0) for r in records]
+    return {
+        "schema": SCHEMA,
+        "success_rate": success_rate(outcomes),
+        "ci95": [lo, hi],
+        "pass_at_k": {str(i): mean_pass_at_k(outcomes, i) for i in ks},
+        "pass_hat_k": {str(i): mean_pass_hat_k(outcomes, i) for i in ks},
+        "avg_at_k": success_rate(outcomes),
+        "flip_rate": flip_rate(outcomes),
+        "n_tasks": len(all_tasks),
+        "n_episodes": len(records),
+        "infra_errors": sum(1 for r in records if r["resolved"] is None),
+        "success_rate_infra_as_failure": success_rate(
+            outcomes_by_task(records, infra_as_failure=True)),
+        "tokens_mean": sum(tokens) / len(tokens) if tokens else 0.0,
+        "wall_s_mean": sum(walls) / len(walls) if walls else 0.0,
+        "per_task": {t: outcomes.get(t, []) for t in all_tasks},
+    }
+
+
+def report_markdown(report: dict) -> str:
+    lo, hi = report["ci95"]
+    lines = [
+        "# swefleet eval",
+        "",
+        f"- success rate: **{report['success_rate']:.1%}** (95% CI {lo:.1%} – {hi:.1%})",
+        f"- tasks: {report['n_tasks']}, episodes: {report['n_episodes']}, "
+        f"infra errors: {report['infra_errors']} "
+        f"(rate with them as failures: {report['success_rate_infra_as_failure']:.1%})",
+        "- pass@k: " + ", ".join(f"k={k}: {v:.1%}" for k, v in report["pass_at_k"].items()),
+        "- pass^k: " + ", ".join(f"k={k}: {v:.1%}" for k, v in report["pass_hat_k"].items()),
+        f"- flip rate: {report['flip_rate']:.1%}; tokens/episode: {report['tokens_mean']:.0f}; "
+        f"wall s/episode: {report['wall_s_mean']:.1f}",
+        "",
+        "| task | outcomes |",
+        "|---|---|",
+    ]
+    for task, outs in report["per_task"].items():
+        lines.append(f"| {task} | {''.join('✓' if o else '✗' for o in outs) or 'infra'} |")
+    return "\n".join(lines) + "\n"

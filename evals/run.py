@@ -1,0 +1,174 @@
+"""`swefleet eval`: run a policy on every task k times, grade in fresh containers, report.
+
+Resumable: each finished episode is appended to `DIR/episodes.jsonl`; a restarted eval skips the
+(task, attempt) pairs already there. Policies: `oracle` (gold patch), `empty` (no change) and
+`model` (the agent against a served checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+
+from evals.report import build_report, report_markdown
+from swefleet.rundir import append_jsonl, read_jsonl, write_json_atomic
+from swefleet.types import EpisodeStatus, GradeStatus, Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+def run_eval_cli(args: argparse.Namespace) -> int:
+    from envs.farm import remove_run_containers
+    from orchestrator.run import prepare_tasks
+    from swefleet.config import RunConfig, load_config
+
+    cfg = load_config(args.config) if args.config else RunConfig()
+    cfg.tasks.path, cfg.tasks.split, cfg.tasks.limit = args.tasks, args.split, None
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = f"eval-{uuid.uuid4().hex[:8]}"
+    try:
+        tasks = prepare_tasks(cfg)
+        asyncio.run(_eval(cfg, args, tasks, out, run_id))
+    finally:
+        remove_run_containers(run_id)
+    records = read_jsonl(out / "episodes.jsonl")
+    report = build_report(records, args.k)
+    write_json_atomic(out / "report.json", report)
+    (out / "report.md").write_text(report_markdown(report))
+    print(report_markdown(report))
+    return 0
+
+
+async def _eval(cfg, args, tasks: list[Task], out: Path, run_id: str) -> None:
+    from envs.grading import DockerGrader
+
+    episodes = out / "episodes.jsonl"
+    done = {(r["task_id"], r["attempt"]) for r in read_jsonl(episodes)}
+    todo = [(t, a) for t in tasks for a in range(args.k) if (t.instance_id, a) not in done]
+    log.info("%d episodes to run (%d already done)", len(todo), len(done))
+    grader = DockerGrader(run_id)
+    policy = await _policy(cfg, args, run_id)
+    limit = asyncio.Semaphore(cfg.orchestrator.max_concurrent_episodes)
+    progress = _Progress(len(todo))
+
+    async def one(task: Task, attempt: int) -> None:
+        async with limit:
+            t0 = time.monotonic()
+            traj = await policy(task, grader)
+            record = _record(task, attempt, traj, time.monotonic() - t0)
+            append_jsonl(episodes, record)
+            progress.update(record)
+
+    try:
+        await asyncio.gather(*(one(t, a) for t, a in todo))
+    finally:
+        progress.close()
+        await policy.aclose()
+
+
+def _record(task: Task, attempt: int, traj: Trajectory, wall_s: float) -> dict:
+    scorable = traj.status not in (EpisodeStatus.infra_error, EpisodeStatus.cancelled)
+    return {
+        "task_id": task.instance_id, "attempt": attempt, "episode_id": traj.episode_id,
+        "status": traj.status.value, "reason": traj.reason,
+        "resolved": (traj.status == EpisodeStatus.resolved) if scorable else None,
+        "tokens": traj.n_tokens, "turns": len(traj.turns), "wall_s": wall_s,
+        "model_patch": traj.model_patch,
+        "grade": traj.grade.model_dump(exclude={"log"}) if traj.grade else None,
+    }
+
+
+class _PatchPolicy:
+    """oracle / empty: a fixed patch per task, graded like any agent's."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    async def __call__(self, task: Task, grader) -> Trajectory:
+        patch = task.patch if self.kind == "oracle" else ""
+        traj = Trajectory(episode_id=uuid.uuid4().hex[:12], task_id=task.instance_id,
+                          model_patch=patch, status=EpisodeStatus.unresolved)
+        result = await grader.grade(task, patch)
+        traj.grade = result
+        if result.status == GradeStatus.resolved:
+            traj.status, traj.reward = EpisodeStatus.resolved, 1.0
+        elif result.status == GradeStatus.error and result.reason.startswith("infra"):
+            traj.status, traj.reason = EpisodeStatus.infra_error, result.reason
+        else:
+            traj.reward, traj.reason = 0.0, result.reason
+        return traj
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _AgentPolicy:
+    """The agent against a served checkpoint (embedded engine started here, or a URL)."""
+
+    def __init__(self, cfg, fleet, farm, tokenizer, server) -> None:
+        self.cfg, self.fleet, self.farm, self.tokenizer, self.server = cfg, fleet, farm, tokenizer, server
+
+    async def __call__(self, task: Task, grader) -> Trajectory:
+        from orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
+
+        ctx = RolloutContext(self.farm, grader, self.fleet, self.tokenizer, self.cfg.agent)
+        handle = RolloutHandle(uuid.uuid4().hex[:12], 0)
+        return await run_rollout(ctx, task, handle, group_id="", sink=lambda t: None)
+
+    async def aclose(self) -> None:
+        await self.farm.close()
+        await self.fleet.aclose()
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+
+
+async def _policy(cfg, args, run_id: str):
+    if args.agent in ("oracle", "empty"):
+        return _PatchPolicy(args.agent)
+    from agents.tokenizer import Tokenizer
+    from envs.farm import DockerFarm
+    from inference.fleet import FleetClient
+    from inference.launch import start_embedded_server
+
+    if not args.model:
+        raise SystemExit("--agent model needs --model DIR (tokenizer, and served unless --server)")
+    server = None
+    url = args.server
+    if not url:
+        server = await asyncio.to_thread(
+            start_embedded_server, Path(args.model), device=cfg.inference.device,
+            log_path=Path(args.output_dir) / "server.log")
+        url = server.url
+    fleet = FleetClient([url], cfg.inference)
+    return _AgentPolicy(cfg, fleet, DockerFarm(run_id, cfg.envs), Tokenizer.from_dir(args.model), server)
+
+
+class _Progress:
+    def __init__(self, total: int) -> None:
+        from rich.progress import Progress
+
+        self.counts = {"resolved": 0, "unresolved": 0, "errors": 0}
+        self.bar = Progress(transient=False)
+        self.task = self.bar.add_task(self._label(), total=total)
+        self.bar.start()
+
+    def _label(self) -> str:
+        return "eval " + " ".join(f"{k}={v}" for k, v in self.counts.items())
+
+    def update(self, record: dict) -> None:
+        key = {True: "resolved", False: "unresolved", None: "errors"}[record["resolved"]]
+        self.counts[key] += 1
+        self.bar.update(self.task, advance=1, description=self._label())
+
+    def close(self) -> None:
+        self.bar.stop()
+
+
+def load_report(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,74 @@
+"""Groups -> advantages -> training samples. Pure functions, no I/O.
+
+Rewards: a graded episode scores 1.0 when resolved, 0.0 otherwise. Episodes whose status says
+nothing about the policy's answer (infra errors, cancellations, stale drops) and episodes cut off by
+a limit the policy did not choose (token budget, wall clock, model timeout) are masked: they are
+excluded from the group baseline and contribute no loss. A group's baseline is the mean reward of
+its scored episodes (GRPO without std normalisation, as in Dr. GRPO).
+"""
+
+from __future__ import annotations
+
+from swefleet.types import EpisodeStatus, Trajectory
+
+#: Cut off by something other than the policy's own answer: masked, never scored as 0.
+MASKED = frozenset(
+    {
+        EpisodeStatus.infra_error,
+        EpisodeStatus.cancelled,
+        EpisodeStatus.dropped_stale,
+        EpisodeStatus.limit_tokens,
+        EpisodeStatus.limit_time,
+        EpisodeStatus.model_timeout,
+    }
+)
+
+
+def is_scored(traj: Trajectory) -> bool:
+    return traj.status not in MASKED and traj.reward is not None and bool(traj.turns)
+
+
+def group_advantages(group: list[Trajectory]) -> dict[str, float]:
+    """Advantage per scored episode id: reward minus the mean reward of the group's scored ones."""
+    scored = [t for t in group if is_scored(t)]
+    if not scored:
+        return {}
+    baseline = sum(t.reward for t in scored) / len(scored)
+    return {t.episode_id: t.reward - baseline for t in scored}
+
+
+def is_zero_variance(group: list[Trajectory]) -> bool:
+    rewards = {t.reward for t in group if is_scored(t)}
+    return len(rewards) <= 1
+
+
+def trajectory_samples(traj: Trajectory, advantage: float) -> list[dict]:
+    """Token-exact samples of one episode (a turn flagged `new_sample` starts a new one)."""
+    samples: list[dict] = []
+    current: dict | None = None
+    for turn in traj.turns:
+        if current is None or turn.new_sample:
+            current = {
+                "tokens": [], "loss_mask": [], "inference_logprobs": [],
+                "advantage": advantage, "policy_version": turn.policy_version,
+                "episode_id": traj.episode_id,
+            }
+            samples.append(current)
+        current["tokens"] += turn.prompt_ids + turn.completion_ids
+        current["loss_mask"] += [False] * len(turn.prompt_ids) + [True] * len(turn.completion_ids)
+        current["inference_logprobs"] += [0.0] * len(turn.prompt_ids) + list(turn.logprobs)
+        current["policy_version"] = min(current["policy_version"], turn.policy_version)
+    return [s for s in samples if any(s["loss_mask"])]
+
+
+def batch_samples(groups: list[list[Trajectory]], drop_zero_variance: bool) -> list[dict]:
+    """All training samples of the given groups."""
+    samples: list[dict] = []
+    for group in groups:
+        if drop_zero_variance and is_zero_variance(group):
+            continue
+        advantages = group_advantages(group)
+        for traj in group:
+            if traj.episode_id in advantages:
+                samples += trajectory_samples(traj, advantages[traj.episode_id])
+    return samples

@@ -1,0 +1,48 @@
+"""Configuration of the async RL loop."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class OrchestratorConfig(BaseModel):
+    """How rollouts are scheduled, grouped, filtered and handed to the trainer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(2, ge=1)
+    """Number of optimizer steps (batches handed to the trainer)."""
+    groups_per_step: int = Field(2, ge=1)
+    """Task groups per batch. One group = `rollouts_per_task` episodes of the same task."""
+    rollouts_per_task: int = Field(2, ge=1)
+    """Group size k: episodes per task per group; advantages are computed within a group."""
+    max_concurrent_episodes: int = Field(4, ge=1)
+    """Episodes in flight at once (each holds one sandbox)."""
+    async_level: int = Field(1, ge=0)
+    """How many steps the rollouts may run ahead of the served policy (0 = synchronous)."""
+    max_off_policy_steps: int = Field(2, ge=0)
+    """A rollout whose oldest turn is more than this many versions behind the newest policy is
+    dropped, in flight and in the queue, and counted under drops/stale."""
+    drop_zero_variance_groups: bool = False
+    """Drop groups whose rewards are all equal (they carry no learning signal)."""
+    max_empty_batches: int = Field(3, ge=1)
+    """Abort after this many consecutive steps whose batch had no trainable sample."""
+    weights_timeout_s: float = Field(600.0, gt=0)
+    """How long to wait for the trainer to publish new weights before failing the run."""
+    gpu_hour_price: float = Field(0.0, ge=0)
+    """Price of one GPU-hour (or one machine-hour on CPU), for cost per rollout."""
+    currency: str = "USD"
+    """Currency of `gpu_hour_price`."""
+    n_gpus: int = Field(0, ge=0)
+    """GPUs the run holds (0 on CPU: cost then counts one machine-hour per hour)."""
+    seed: int = 0
+    """Seed for task sampling order."""
+
+    @model_validator(mode="after")
+    def _staleness_covers_async(self) -> OrchestratorConfig:
+        if self.max_off_policy_steps < self.async_level:
+            raise ValueError(
+                f"max_off_policy_steps ({self.max_off_policy_steps}) must be >= async_level "
+                f"({self.async_level}); otherwise every rollout generated ahead would be dropped"
+            )
+        return self

@@ -1,0 +1,206 @@
+"""The async RL loop: rollouts and updates overlap; no single outlier holds a batch.
+
+Components (each single-purpose, talking through bounded queues and one shared version):
+- producer: starts groups of `rollouts_per_task` episodes while fewer than
+  `(async_level + 1) * groups_per_step` groups are in flight or waiting;
+- rollouts: each episode is its own task with a deadline (agent config) and a fault boundary;
+- weight watcher: serves each new trainer checkpoint to the fleet and drops stale episodes;
+- step loop: cuts a batch from whichever groups finished, drops stale rollouts, writes the
+  batch file atomically for the trainer process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.advantages import batch_samples
+from orchestrator.config import OrchestratorConfig
+from orchestrator.metrics import cost_metrics, rollout_metrics
+from orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
+from swefleet.batch import pack_samples, write_batch
+from swefleet.rundir import RunDir, append_jsonl
+from swefleet.types import EpisodeStatus, Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class RunAborted(RuntimeError):
+    """The run cannot make progress (e.g. N empty batches in a row)."""
+
+
+@dataclass
+class LoopState:
+    served_version: int = 0
+    drops: dict[str, int] = field(default_factory=dict)
+    in_flight: dict[str, RolloutHandle] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Task] = field(default_factory=dict)
+
+
+class RLLoop:
+    def __init__(
+        self,
+        cfg: OrchestratorConfig,
+        ctx: RolloutContext,
+        tasks: list[Task],
+        run_dir: RunDir,
+        update_weights: Callable[[int, Path], object],
+        on_step: Callable[[dict], None] | None = None,
+    ) -> None:
+        self.cfg, self.ctx, self.tasks, self.run_dir = cfg, ctx, tasks, run_dir
+        self.update_weights = update_weights
+        self.on_step = on_step or (lambda record: None)
+        self.state = LoopState()
+        self.ready: asyncio.Queue[list[Trajectory]] = asyncio.Queue()
+        max_groups = (cfg.async_level + 1) * cfg.groups_per_step
+        self.group_slots = asyncio.Semaphore(max_groups)
+        self.episode_slots = asyncio.Semaphore(cfg.max_concurrent_episodes)
+        self.version_changed = asyncio.Condition()
+        self.rng = random.Random(cfg.seed)
+
+    # ---------------------------------------------------------------- producer
+    async def _produce(self) -> None:
+        order: list[Task] = []
+        while True:
+            await self.group_slots.acquire()
+            if not order:
+                order = self.rng.sample(self.tasks, len(self.tasks))
+            asyncio.create_task(self._run_group(order.pop()))
+
+    async def _run_group(self, task: Task) -> None:
+        group_id = f"{task.instance_id}-{uuid.uuid4().hex[:8]}"
+        runs = [self._run_episode(task, group_id) for _ in range(self.cfg.rollouts_per_task)]
+        group = [t for t in await asyncio.gather(*runs, return_exceptions=True)
+                 if isinstance(t, Trajectory)]
+        await self.ready.put(group)
+
+    async def _run_episode(self, task: Task, group_id: str) -> Trajectory:
+        async with self.episode_slots:
+            handle = RolloutHandle(uuid.uuid4().hex[:12], self.state.served_version)
+            self.state.in_flight[handle.episode_id] = handle
+            self.state.tasks[handle.episode_id] = asyncio.current_task()
+            try:
+                return await run_rollout(self.ctx, task, handle, group_id, self._record)
+            finally:
+                self.state.in_flight.pop(handle.episode_id, None)
+                self.state.tasks.pop(handle.episode_id, None)
+
+    def _record(self, traj: Trajectory) -> None:
+        append_jsonl(self.run_dir.episodes, traj)
+
+    # ---------------------------------------------------------------- weights
+    async def _watch_weights(self) -> None:
+        while True:
+            nxt = self.run_dir.weights_path(self.state.served_version + 1)
+            if not nxt.exists():
+                await asyncio.sleep(0.2)
+                continue
+            t0 = time.monotonic()
+            await self.update_weights(self.state.served_version + 1, nxt)
+            async with self.version_changed:
+                self.state.served_version += 1
+                self.version_changed.notify_all()
+            self.last_weight_sync_s = time.monotonic() - t0
+            log.info("serving policy v%d (sync %.2fs)", self.state.served_version,
+                     self.last_weight_sync_s)
+            self._drop_stale_in_flight()
+
+    def _drop_stale_in_flight(self) -> None:
+        limit = self.state.served_version - self.cfg.max_off_policy_steps
+        for eid, handle in list(self.state.in_flight.items()):
+            if handle.start_version < limit and handle.drop_reason is None:
+                handle.drop_reason = EpisodeStatus.dropped_stale
+                self._count_drop("stale_in_flight")
+                self.state.tasks[eid].cancel()
+
+    async def _wait_version(self, version: int, timeout_s: float) -> None:
+        async with self.version_changed:
+            await asyncio.wait_for(
+                self.version_changed.wait_for(lambda: self.state.served_version >= version),
+                timeout_s,
+            )
+
+    def _count_drop(self, reason: str, n: int = 1) -> None:
+        self.state.drops[reason] = self.state.drops.get(reason, 0) + n
+
+    # ---------------------------------------------------------------- steps
+    async def _collect(self, step: int) -> tuple[list[list[Trajectory]], float]:
+        """Take finished groups (whichever finish first) until the batch is full."""
+        t0 = time.monotonic()
+        groups: list[list[Trajectory]] = []
+        while len(groups) < self.cfg.groups_per_step:
+            group = await self.ready.get()
+            self.group_slots.release()
+            fresh = [t for t in group if not self._is_stale(t, step)]
+            if len(fresh) < len(group):
+                self._count_drop("stale_in_queue", len(group) - len(fresh))
+            if fresh:
+                groups.append(fresh)
+        return groups, time.monotonic() - t0
+
+    def _is_stale(self, traj: Trajectory, step: int) -> bool:
+        if traj.status == EpisodeStatus.dropped_stale or not traj.turns:
+            return traj.status == EpisodeStatus.dropped_stale
+        return step - min(traj.policy_versions) > self.cfg.max_off_policy_steps
+
+    async def run(self) -> list[dict]:
+        background = [asyncio.create_task(self._produce()), asyncio.create_task(self._watch_weights())]
+        records: list[dict] = []
+        empty_in_a_row = 0
+        try:
+            last = time.monotonic()
+            for step in range(self.cfg.steps):
+                await self._wait_version(step - self.cfg.async_level, self.cfg.weights_timeout_s)
+                groups, wait_s = await self._collect(step)
+                trajs = [t for g in groups for t in g]
+                samples = batch_samples(groups, self.cfg.drop_zero_variance_groups)
+                empty_in_a_row = 0 if samples else empty_in_a_row + 1
+                if empty_in_a_row >= self.cfg.max_empty_batches:
+                    raise RunAborted(
+                        f"{empty_in_a_row} batches in a row had no trainable sample: every episode "
+                        "was masked (infra errors, timeouts or stale). Check logs/ and episodes.jsonl."
+                    )
+                write_batch(self.run_dir.batch_path(step), pack_samples(samples) if samples else {},
+                            {"step": step, "n_samples": len(samples)})
+                now = time.monotonic()
+                record = self._step_record(step, trajs, len(samples), wait_s, now - last)
+                last = now
+                append_jsonl(self.run_dir.metrics, record)
+                records.append(record)
+                self.on_step(record)
+            await self._wait_version(self.cfg.steps, self.cfg.weights_timeout_s)
+        finally:
+            for t in background:
+                t.cancel()
+            await self._cancel_in_flight()
+        return records
+
+    def _step_record(self, step: int, trajs: list[Trajectory], n_samples: int, wait_s: float,
+                     step_time_s: float) -> dict:
+        cfg = self.cfg
+        record = {
+            "step": step,
+            "time/step_s": step_time_s,
+            "time/wait_for_data_s": wait_s,
+            "time/weight_sync_s": getattr(self, "last_weight_sync_s", 0.0),
+            "infer/served_version": self.state.served_version,
+            "batch/samples": n_samples,
+            **{f"drops/{k}": v for k, v in self.state.drops.items()},
+            **rollout_metrics(trajs, step),
+            **cost_metrics(step_time_s, len(trajs), cfg.gpu_hour_price, cfg.n_gpus, cfg.currency),
+        }
+        return record
+
+    async def _cancel_in_flight(self) -> None:
+        pending = list(self.state.tasks.values())
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+

@@ -1,0 +1,56 @@
+"""Step metrics, reduced once per step from the episodes consumed in it (namespaced keys)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from swefleet.types import EpisodeStatus, Trajectory
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank-with-interpolation percentile; 0.0 for an empty list."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def rollout_metrics(trajs: list[Trajectory], trained_version: int) -> dict:
+    """Metrics of the episodes that went into one batch."""
+    statuses = Counter(t.status.value for t in trajs)
+    rewards = [t.reward for t in trajs if t.reward is not None]
+    latencies = [t.timings.get("total", 0.0) for t in trajs]
+    skews = Counter(trained_version - min(t.policy_versions) for t in trajs if t.turns)
+    off_policy = sum(n for skew, n in skews.items() if skew > 0)
+    out = {
+        "rollout/episodes": len(trajs),
+        "rollout/reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "rollout/pass_rate": statuses.get(EpisodeStatus.resolved.value, 0) / max(len(trajs), 1),
+        "rollout/turns_mean": sum(len(t.turns) for t in trajs) / max(len(trajs), 1),
+        "rollout/tokens_mean": sum(t.n_tokens for t in trajs) / max(len(trajs), 1),
+        "rollout/latency_p50_s": percentile(latencies, 50),
+        "rollout/latency_p99_s": percentile(latencies, 99),
+        "rollout/off_policy_rate": off_policy / max(sum(skews.values()), 1),
+        "rollout/version_skew": {str(k): v for k, v in sorted(skews.items())},
+    }
+    for status, n in statuses.items():
+        out[f"rollout/status/{status}"] = n
+    for phase in ("sandbox", "model", "env", "grading"):
+        vals = [t.timings[phase] for t in trajs if phase in t.timings]
+        out[f"rollout/phase_{phase}_mean_s"] = sum(vals) / len(vals) if vals else 0.0
+    return out
+
+
+def cost_metrics(step_time_s: float, n_rollouts: int, price_per_hour: float, n_units: int,
+                 currency: str) -> dict:
+    """Cost per rollout in money and in machine-minutes for one step."""
+    units = max(n_units, 1)
+    minutes = step_time_s / 60.0 * units / max(n_rollouts, 1)
+    return {
+        "cost/minutes_per_rollout": minutes,
+        "cost/money_per_rollout": minutes / 60.0 * price_per_hour,
+        "cost/currency": currency,
+    }

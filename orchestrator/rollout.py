@@ -1,0 +1,97 @@
+"""One rollout = one unit of work: sandbox -> agent episode -> grading -> scored Trajectory.
+
+This is the fault boundary of an episode: whatever happens, a Trajectory with one typed status
+comes out (and is handed to `sink`), infrastructure failures are never scored as reward 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agents.config import AgentConfig
+from agents.loop import run_episode
+from envs.protocol import Farm, Grader, InfraError
+from inference.protocol import ModelClient
+from swefleet.types import EpisodeStatus, GradeStatus, Task, Trajectory
+
+#: Episode endings whose patch is graded (the policy chose to stop, or ran out of steps).
+GRADED = frozenset(
+    {EpisodeStatus.unresolved, EpisodeStatus.limit_steps, EpisodeStatus.format_errors}
+)
+
+
+@dataclass
+class RolloutContext:
+    farm: Farm
+    grader: Grader
+    model: ModelClient
+    tokenizer: object
+    agent: AgentConfig
+
+
+@dataclass
+class RolloutHandle:
+    """What the scheduler knows about an episode in flight."""
+
+    episode_id: str
+    start_version: int
+    drop_reason: EpisodeStatus | None = None
+    """Set before cancelling the episode to say why (dropped_stale, cancelled)."""
+
+
+async def run_rollout(
+    ctx: RolloutContext,
+    task: Task,
+    handle: RolloutHandle,
+    group_id: str,
+    sink: Callable[[Trajectory], None],
+) -> Trajectory:
+    t0 = time.monotonic()
+    traj = Trajectory(episode_id=handle.episode_id, task_id=task.instance_id, group_id=group_id)
+    try:
+        async with ctx.farm.acquire(task) as sandbox:
+            t_sandbox = time.monotonic() - t0
+            traj = await run_episode(
+                task, sandbox, ctx.model, ctx.tokenizer, ctx.agent,
+                episode_id=handle.episode_id, group_id=group_id,
+            )
+            traj.timings["sandbox"] = t_sandbox
+        if traj.status in GRADED:
+            await _grade(ctx, task, traj)
+    except asyncio.CancelledError:
+        traj.status = handle.drop_reason or EpisodeStatus.cancelled
+        traj.reason = traj.reason or "cancelled by the scheduler"
+        traj.reward = None
+        me = asyncio.current_task()
+        if handle.drop_reason is None or me is None or me.cancelling() > 1:
+            raise
+        me.uncancel()  # the scheduler's own drop: the episode ends here, typed and recorded
+    except InfraError as e:
+        traj.status, traj.reason, traj.reward = EpisodeStatus.infra_error, f"InfraError: {e}", None
+    except Exception as e:  # noqa: BLE001 - the episode's fault boundary: record, never crash the run
+        traj.status = EpisodeStatus.infra_error
+        traj.reason = f"{type(e).__name__}: {e}"
+        traj.reward = None
+    finally:
+        traj.timings["total"] = time.monotonic() - t0
+        sink(traj)
+    return traj
+
+
+async def _grade(ctx: RolloutContext, task: Task, traj: Trajectory) -> None:
+    t0 = time.monotonic()
+    result = await ctx.grader.grade(task, traj.model_patch)
+    traj.timings["grading"] = time.monotonic() - t0
+    traj.grade = result
+    if result.status == GradeStatus.error and result.reason.startswith("infra"):
+        traj.status, traj.reason, traj.reward = EpisodeStatus.infra_error, result.reason, None
+        return
+    resolved = result.status == GradeStatus.resolved
+    traj.reward = 1.0 if resolved else 0.0
+    if resolved:
+        traj.status = EpisodeStatus.resolved
+    elif traj.status == EpisodeStatus.unresolved and result.reason:
+        traj.reason = result.reason

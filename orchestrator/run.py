@@ -1,0 +1,150 @@
+"""`swefleet rl`: wire the rooms together for one run and clean up whatever happens.
+
+Order: run dir + resolved config -> images -> tasks -> model -> inference server -> trainer
+process -> farm/grader -> RL loop -> summary. On Ctrl-C, a crash or normal exit: in-flight episodes
+are cancelled, the run's containers removed, the server and trainer stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from swefleet.config import RunConfig
+from swefleet.rundir import RunDir, default_output_dir, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+def run_rl(cfg: RunConfig) -> int:
+    out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)
+    run_dir = RunDir(out)
+    write_json_atomic(run_dir.root / "config.json", cfg.model_dump(mode="json"))
+    run_id = f"{cfg.name}-{uuid.uuid4().hex[:8]}"
+    log.info("run %s -> %s", run_id, run_dir.root)
+    from envs.farm import remove_run_containers
+
+    try:
+        return asyncio.run(_run(cfg, run_dir, run_id))
+    except KeyboardInterrupt:
+        log.warning("interrupted: cleaning up")
+        return 130
+    finally:
+        n = remove_run_containers(run_id)
+        if n:
+            log.info("removed %d leftover containers of %s", n, run_id)
+
+
+def prepare_model(cfg: RunConfig, run_dir: RunDir) -> Path:
+    """The starting checkpoint: the configured one, or the project's random-init model."""
+    if cfg.model.path and (Path(cfg.model.path) / "config.json").exists():
+        return Path(cfg.model.path)
+    from swefleet.tinymodel import create_tiny_model
+
+    target = Path(cfg.model.path) if cfg.model.path else run_dir.root / "model"
+    return create_tiny_model(target, preset=cfg.model.preset, seed=cfg.model.seed)
+
+
+def prepare_tasks(cfg: RunConfig):
+    from envs.images import build_base_image
+    from envs.tasks import load_tasks, prepare_task_images
+
+    build_base_image(cfg.tasks.base_image)
+    tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
+    if cfg.tasks.limit:
+        tasks = tasks[: cfg.tasks.limit]
+    if not tasks:
+        raise ValueError(f"no tasks in {cfg.tasks.path} (split={cfg.tasks.split})")
+    prepare_task_images(tasks, cfg.tasks.path, cfg.tasks.base_image)
+    return tasks
+
+
+async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
+    from agents.tokenizer import Tokenizer
+    from envs.farm import DockerFarm, reap_dead_runs
+    from envs.grading import DockerGrader
+    from inference.fleet import FleetClient
+    from inference.launch import start_embedded_server
+    from orchestrator.loop import RLLoop
+    from orchestrator.rollout import RolloutContext
+    from orchestrator.summary import print_step, print_summary
+
+    t0 = time.monotonic()
+    reaped = await asyncio.to_thread(reap_dead_runs)
+    if reaped:
+        log.info("reaper removed %d containers of dead runs", reaped)
+    tasks = await asyncio.to_thread(prepare_tasks, cfg)
+    model_dir = await asyncio.to_thread(prepare_model, cfg, run_dir)
+    log.info("%d tasks, model %s (setup %.1fs)", len(tasks), model_dir, time.monotonic() - t0)
+    server = await asyncio.to_thread(
+        start_embedded_server, model_dir, device=cfg.inference.device,
+        log_path=run_dir.logs / "server.log",
+    )
+    trainer = start_trainer(cfg, run_dir, model_dir)
+    farm = DockerFarm(run_id, cfg.envs)
+    fleet = FleetClient([server.url], cfg.inference)
+    try:
+        ctx = RolloutContext(
+            farm=farm, grader=DockerGrader(run_id), model=fleet,
+            tokenizer=Tokenizer.from_dir(model_dir), agent=cfg.agent,
+        )
+        loop = RLLoop(cfg.orchestrator, ctx, tasks, run_dir, fleet.update_weights, on_step=print_step)
+        _install_sigterm()
+        records = await loop.run()
+        summary = print_summary(run_dir, records, time.monotonic() - t0,
+                                served_version=loop.state.served_version)
+        write_json_atomic(run_dir.root / "summary.json", summary)
+        return 0
+    finally:
+        await farm.close()
+        await fleet.aclose()
+        stop_trainer(trainer)
+        await asyncio.to_thread(server.stop)
+
+
+def start_trainer(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> subprocess.Popen:
+    """The trainer is its own process; it reads batches and publishes weights (atomic files)."""
+    job = {
+        "model": str(model_dir), "batches_dir": str(run_dir.batches),
+        "weights_dir": str(run_dir.weights), "start_version": 0,
+        "max_steps": cfg.orchestrator.steps,
+    }
+    job_path = run_dir.root / "trainer_job.json"
+    write_json_atomic(job_path, {"job": job, "trainer": cfg.trainer.model_dump(mode="json")})
+    log_file = open(run_dir.logs / "trainer.log", "ab")  # noqa: SIM115 - owned by the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainer.main", "--job", str(job_path)],
+        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def stop_trainer(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _install_sigterm() -> None:
+    """SIGTERM cancels the run like Ctrl-C does, so cleanup runs."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    loop.add_signal_handler(signal.SIGTERM, main.cancel)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,98 @@
+"""`swefleet` command line. Thin: parses arguments and imports the room that does the work
+only when its command runs, so `swefleet --help` never imports torch or docker."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def _rl(args: argparse.Namespace) -> int:
+    from orchestrator.run import run_rl
+    from swefleet.config import load_config
+
+    cfg = load_config(args.config, args.set)
+    if args.output_dir:
+        cfg.output_dir = args.output_dir
+    return run_rl(cfg)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from evals.run import run_eval_cli
+
+    return run_eval_cli(args)
+
+
+def _images(args: argparse.Namespace) -> int:
+    from envs import images
+
+    if args.images_cmd == "build-base":
+        print(images.build_base_image(args.tag, force=args.force, mirror=args.mirror))
+    elif args.images_cmd == "prune":
+        for tag in images.prune_images(older_than_days=args.older_than_days):
+            print(f"removed {tag}")
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from envs.farm import remove_run_containers
+
+    n = remove_run_containers(args.run_id)
+    print(f"removed {n} containers")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="swefleet", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    rl = sub.add_parser("rl", help="run RL training (rollouts + trainer + weight sync)")
+    rl.add_argument("--config", required=True, help="TOML config (see configs/)")
+    rl.add_argument("--output-dir", default="", help="run directory (default runs/<name>-<time>)")
+    rl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, e.g. --set orchestrator.steps=3")
+    rl.set_defaults(func=_rl)
+
+    ev = sub.add_parser("eval", help="evaluate an agent/checkpoint on a task set")
+    ev.add_argument("--tasks", required=True, help="task file (JSONL/JSON/Parquet)")
+    ev.add_argument("--split", default=None, help="only this split (e.g. heldout)")
+    ev.add_argument("--agent", default="model", choices=["model", "oracle", "empty"],
+                    help="oracle applies the gold patch, empty submits nothing, model runs the agent")
+    ev.add_argument("--model", default="", help="HF checkpoint dir served by the embedded engine")
+    ev.add_argument("--server", default="", help="URL of a running OpenAI-compatible server")
+    ev.add_argument("--config", default="", help="TOML config for agent/envs/inference sections")
+    ev.add_argument("-k", type=int, default=1, help="attempts per task")
+    ev.add_argument("--output-dir", required=True, help="writes report.json here")
+    ev.set_defaults(func=_eval)
+
+    im = sub.add_parser("images", help="sandbox images without a registry")
+    im_sub = im.add_subparsers(dest="images_cmd", required=True)
+    b = im_sub.add_parser("build-base", help="bootstrap the base image from Debian packages")
+    b.add_argument("--tag", default="swefleet-base:bookworm")
+    b.add_argument("--mirror", default="http://deb.debian.org/debian")
+    b.add_argument("--force", action="store_true", help="rebuild even if the tag exists")
+    pr = im_sub.add_parser("prune", help="remove task images not used for a while")
+    pr.add_argument("--older-than-days", type=float, default=7.0)
+    im.set_defaults(func=_images)
+
+    cl = sub.add_parser("clean", help="remove containers left by runs")
+    cl.add_argument("--run-id", default=None, help="only this run (default: all swefleet runs)")
+    cl.set_defaults(func=_clean)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+    )
+    for noisy in ("httpx", "httpcore", "urllib3", "docker"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The one config tree: each room owns its section; this module composes and loads them.
+
+Loaded from TOML, validated with `extra="forbid"`, dumped as `config.json` next to every run's
+outputs. Only pydantic and the rooms' light config modules are imported here.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.config import AgentConfig
+from envs.config import FarmConfig
+from inference.config import InferenceConfig
+from orchestrator.config import OrchestratorConfig
+from trainer.config import TrainerConfig
+
+
+class ModelConfig(BaseModel):
+    """Which checkpoint the run starts from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = ""
+    """HF-format checkpoint directory. Empty: create the project's random-init model under the
+    run directory (see `preset`)."""
+    preset: str = "tiny"
+    """Size preset of the project-made model (`tiny`, `small`), used when `path` is empty or
+    does not exist yet."""
+    seed: int = 0
+    """Seed of the random init."""
+
+
+class TasksConfig(BaseModel):
+    """Which tasks the run draws from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = "envs/data/quickstart/tasks.jsonl"
+    """Task file (JSONL/JSON/Parquet, SWE-bench fields) or a hub dataset name."""
+    split: str | None = "train"
+    """Only tasks of this split (`train`, `heldout`); None for all."""
+    limit: int | None = None
+    """Use at most this many tasks (first ones after filtering)."""
+    base_image: str = "swefleet-base:bookworm"
+    """Base image for task images; bootstrapped offline from Debian when missing."""
+
+
+class RunConfig(BaseModel):
+    """A whole run: `swefleet rl --config FILE`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "run"
+    """Run name, used in the output directory name and container labels."""
+    output_dir: str = ""
+    """Where outputs go. Empty: `runs/<name>-<timestamp>`."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    envs: FarmConfig = Field(default_factory=FarmConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    inference: InferenceConfig = Field(default_factory=InferenceConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Load a TOML config; `overrides` are `section.key=value` strings (TOML values)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: invalid TOML: {e}") from e
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not of the form section.key=value")
+        _set_dotted(data, key.strip(), _parse_value(raw.strip()))
+    return RunConfig.model_validate(data)
+
+
+def _parse_value(raw: str):
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _set_dotted(data: dict, key: str, value) -> None:
+    parts = key.split(".")
+    for part in parts[:-1]:
+        data = data.setdefault(part, {})
+    data[parts[-1]] = value

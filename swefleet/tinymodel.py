@@ -1,0 +1,100 @@
+"""Project-made small models: a byte-level BPE tokenizer trained here and a random-init Qwen3,
+saved in the standard Hugging Face format so the same loading code serves real checkpoints.
+
+No weights are downloaded: the tokenizer is trained on Python's own standard-library sources
+(always on disk), the model is initialised from a seed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+#: One dial per preset: sizes of the Qwen3 shape. `tiny` is for CPU tests and the quickstart.
+PRESETS: dict[str, dict] = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1024),
+    "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=4096),
+}
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _corpus(max_bytes: int = 3_000_000) -> list[str]:
+    """Deterministic training text: sorted stdlib sources up to `max_bytes`."""
+    stdlib = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    texts: list[str] = []
+    total = 0
+    for path in sorted(stdlib.glob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        texts.append(text)
+        total += len(text)
+        if total >= max_bytes:
+            break
+    return texts
+
+
+def train_tokenizer(out_dir: Path, vocab_size: int) -> None:
+    """Train a byte-level BPE with the chat special tokens and save it in HF format."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.save(str(out_dir / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "bos_token": None,
+        "chat_template": CHAT_TEMPLATE,
+        "model_max_length": 131072,
+        "clean_up_tokenization_spaces": False,
+    }
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    special = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+    (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2))
+
+
+def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 0) -> Path:
+    """Create (or reuse) a random-init Qwen3 checkpoint + tokenizer at `out_dir`."""
+    out = Path(out_dir)
+    marker = out / "swefleet_model.json"
+    wanted = {"preset": preset, "seed": seed}
+    if marker.exists() and json.loads(marker.read_text()) == wanted:
+        return out
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    shape = dict(PRESETS[preset])
+    out.mkdir(parents=True, exist_ok=True)
+    train_tokenizer(out, shape["vocab_size"])
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    config = Qwen3Config(
+        **shape,
+        max_position_embeddings=131072,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=False,
+        eos_token_id=tok.token_to_id("<|im_end|>"),
+        pad_token_id=tok.token_to_id("<|endoftext|>"),
+        bos_token_id=None,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.save_pretrained(out, safe_serialization=True)
+    marker.write_text(json.dumps(wanted))
+    return out

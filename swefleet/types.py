@@ -1,0 +1,161 @@
+"""Shared types: the contracts between rooms (tasks, turns, trajectories, grading results).
+
+These are wire schemas too: trajectories are written as one JSON line per episode and read back
+by evals and the orchestrator's resume logic. Keep them plain pydantic, no heavy imports.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EpisodeStatus(StrEnum):
+    """How an episode ended. Exactly one per episode (see DESIGN.md)."""
+
+    resolved = "resolved"
+    unresolved = "unresolved"
+    limit_steps = "limit_steps"
+    limit_tokens = "limit_tokens"
+    limit_time = "limit_time"
+    format_errors = "format_errors"
+    model_timeout = "model_timeout"
+    dropped_stale = "dropped_stale"
+    infra_error = "infra_error"
+    cancelled = "cancelled"
+
+
+#: statuses that say nothing about the policy: never scored as reward 0, excluded from baselines.
+NON_SCORABLE = frozenset(
+    {EpisodeStatus.infra_error, EpisodeStatus.cancelled, EpisodeStatus.dropped_stale}
+)
+
+
+class GradeStatus(StrEnum):
+    """Outcome of one grading run."""
+
+    resolved = "resolved"
+    unresolved = "unresolved"
+    error = "error"
+
+
+class Task(BaseModel):
+    """One SWE-bench-style task instance plus what swefleet needs to run it offline."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    instance_id: str
+    """Unique id, e.g. `textkit__textkit-1`."""
+    repo: str
+    """Repository name, `owner/name`."""
+    base_commit: str = ""
+    """Commit the task starts from (informational offline; the image holds the state)."""
+    problem_statement: str
+    """The issue text the agent reads."""
+    patch: str = ""
+    """Gold patch that resolves the task (never shown to the agent)."""
+    test_patch: str = ""
+    """Patch adding/updating the tests that decide the task."""
+    FAIL_TO_PASS: list[str] = Field(default_factory=list)
+    """Tests that fail before the gold patch and must pass after it."""
+    PASS_TO_PASS: list[str] = Field(default_factory=list)
+    """Tests that pass before and must still pass after."""
+    version: str = ""
+    """Version string of the repository (SWE-bench field)."""
+    environment_setup_commit: str = ""
+    """SWE-bench field; informational offline."""
+    created_at: str = ""
+    """SWE-bench field."""
+    hints_text: str = ""
+    """SWE-bench field; not shown to the agent by default."""
+    image: str = ""
+    """Docker image holding the repository at its base state (built by `envs.images`)."""
+    source_dir: str = ""
+    """Directory (relative to the task file) whose files are the repository at base state;
+    used to build `image` offline when it is empty."""
+    test_cmd: str = "python3 -m pytest -rA -p no:cacheprovider"
+    """Command that runs the test files; its log is parsed by `log_parser`."""
+    test_files: list[str] = Field(default_factory=list)
+    """Test files passed to `test_cmd` (defaults to the files touched by `test_patch`)."""
+    log_parser: str = "pytest"
+    """Name of the swebench log parser (`pytest`, `django`, ...)."""
+    workdir: str = "/testbed"
+    """Repository root inside the container."""
+    split: str = "train"
+    """`train` or `heldout`."""
+
+
+class Turn(BaseModel):
+    """One model call of an episode, token-exact."""
+
+    prompt_ids: list[int]
+    """Token ids added to the context since the previous turn's completion (the first turn holds
+    the whole initial prompt). The full prompt of turn i is the concatenation of all earlier
+    prompt_ids and completion_ids plus this turn's prompt_ids."""
+    completion_ids: list[int]
+    """Token ids the server generated, exactly."""
+    logprobs: list[float]
+    """Server logprob of each completion id (same length)."""
+    policy_version: int
+    """Policy version that generated this turn."""
+    finish_reason: str = ""
+    latency_s: float = 0.0
+    action: str = ""
+    """Parsed action (shell command), empty on a format error."""
+    observation: str = ""
+    """Observation text appended after this turn (possibly truncated)."""
+    observation_truncated_chars: int = 0
+    new_sample: bool = False
+    """True when this turn's prompt is not an exact extension of the previous context and starts
+    a new training sample (history compaction)."""
+    routed_experts: str | None = None
+    """base64 .npy of routed expert ids when the server returns them."""
+
+
+class Trajectory(BaseModel):
+    """One episode, as written to `episodes.jsonl`."""
+
+    episode_id: str
+    task_id: str
+    group_id: str = ""
+    """Episodes of one task in one step share a group (for advantages)."""
+    turns: list[Turn] = Field(default_factory=list)
+    status: EpisodeStatus = EpisodeStatus.cancelled
+    reason: str = ""
+    """Free text detail for the status (exception type and message for errors)."""
+    reward: float | None = None
+    """None when the status is not scorable."""
+    model_patch: str = ""
+    """`git diff` of the sandbox at the end of the episode."""
+    timings: dict[str, float] = Field(default_factory=dict)
+    """Seconds per phase: sandbox, model, env, grading, total."""
+    grade: GradeResult | None = None
+
+    @property
+    def policy_versions(self) -> list[int]:
+        return [t.policy_version for t in self.turns]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(t.prompt_ids) + len(t.completion_ids) for t in self.turns)
+
+
+class GradeResult(BaseModel):
+    """Result of grading one patch for one task in a fresh container."""
+
+    instance_id: str
+    status: GradeStatus
+    reason: str = ""
+    """Why: `patch did not apply`, `tests timed out`, `suite did not run`, `infra: ...`."""
+    tests: dict[str, str] = Field(default_factory=dict)
+    """Per-test outcome parsed from the log (PASSED, FAILED, ERROR, SKIPPED)."""
+    fail_to_pass: dict[str, list[str]] = Field(default_factory=dict)
+    """{"success": [...], "failure": [...]}"""
+    pass_to_pass: dict[str, list[str]] = Field(default_factory=dict)
+    log: str = ""
+    """Test log (capped), stored so the run can be re-graded."""
+    duration_s: float = 0.0
+
+
+Trajectory.model_rebuild()

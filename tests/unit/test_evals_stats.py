@@ -1,0 +1,50 @@
+import pytest
+
+from evals.report import build_report
+from evals.stats import bootstrap_ci, flip_rate, pass_at_k, pass_hat_k, success_rate
+
+pytestmark = pytest.mark.unit
+
+
+def test_pass_at_k_hand_values():
+    # n=5 attempts, c=2 successes: pass@1 = 2/5; pass@2 = 1 - C(3,2)/C(5,2) = 1 - 3/10
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert pass_at_k(5, 0, 3) == 0.0
+    assert pass_at_k(5, 3, 3) == 1.0  # n - c = 2 < k
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_pass_hat_k_hand_values():
+    assert pass_hat_k(5, 2, 2) == pytest.approx(1 / 10)
+    assert pass_hat_k(4, 4, 3) == 1.0
+
+
+def test_success_rate_weighs_tasks_equally_and_flip_rate():
+    outcomes = {"a": [True, True, False, False], "b": [True], "c": [False, False]}
+    assert success_rate(outcomes) == pytest.approx((0.5 + 1 + 0) / 3)
+    assert flip_rate(outcomes) == pytest.approx(1 / 2)  # a flips, c does not; b has 1 attempt
+
+
+def test_bootstrap_ci_degenerate_and_ordered():
+    assert bootstrap_ci({"a": [True], "b": [True]}) == (1.0, 1.0)
+    assert bootstrap_ci({"a": [False], "b": [False]}) == (0.0, 0.0)
+    lo, hi = bootstrap_ci({str(i): [i % 2 == 0] for i in range(40)})
+    assert 0.2 < lo < 0.5 < hi < 0.8
+
+
+def test_report_recomputed_from_records_with_infra_excluded():
+    records = [
+        {"task_id": "a", "attempt": 0, "resolved": True, "tokens": 10, "wall_s": 1.0},
+        {"task_id": "a", "attempt": 1, "resolved": False, "tokens": 20, "wall_s": 3.0},
+        {"task_id": "b", "attempt": 0, "resolved": None, "tokens": 0, "wall_s": 2.0},
+        {"task_id": "b", "attempt": 1, "resolved": False, "tokens": 30, "wall_s": 2.0},
+    ]
+    r = build_report(records, k=2)
+    assert r["n_tasks"] == 2 and r["n_episodes"] == 4 and r["infra_errors"] == 1
+    assert r["success_rate"] == pytest.approx((0.5 + 0.0) / 2)
+    assert r["success_rate_infra_as_failure"] == pytest.approx((0.5 + 0.0) / 2)
+    assert r["pass_at_k"]["1"] == pytest.approx((0.5 + 0.0) / 2)
+    assert r["pass_at_k"]["2"] == pytest.approx(1.0)  # only task a has 2 scored attempts
+    assert r["tokens_mean"] == pytest.approx(15.0)
