@@ -1,0 +1,263 @@
+"""The multi-turn agent loop, token-exact.
+
+The context is a list of token ids that only grows: the initial prompt is tokenized once, each
+completion is appended exactly as the server generated it, and each observation is tokenized
+once as a ChatML delta (`agents.chat`). Nothing is ever re-rendered or re-tokenized, so turn i's
+full prompt is always the exact extension of turn i-1's prompt + completion.
+
+Every episode ends with one `EpisodeStatus`; the trajectory is returned in every case except
+`asyncio.CancelledError`, which is recorded (and handed to `on_end`) and then re-raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from agents.chat import ChatML
+from agents.config import AgentConfig
+from agents.protocol import ChatTokenizer, FormatError
+from agents.scaffolds import make_scaffold
+from envs.protocol import CommandResult, Sandbox
+from inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
+from swefleet.types import NON_SCORABLE, EpisodeStatus, Task, Trajectory, Turn
+
+_CANCEL_STATUS = {
+    CancelReason.timeout: EpisodeStatus.model_timeout,
+    CancelReason.stale: EpisodeStatus.dropped_stale,
+    CancelReason.shutdown: EpisodeStatus.cancelled,
+}
+"""RequestCancelled reason -> episode status; any other reason is an infra_error."""
+
+
+class _End(Exception):
+    """Internal control flow: the episode ends with `status`."""
+
+    def __init__(self, status: EpisodeStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+async def run_episode(
+    task: Task,
+    sandbox: Sandbox,
+    model: ModelClient,
+    tokenizer: ChatTokenizer,
+    config: AgentConfig,
+    episode_id: str,
+    group_id: str = "",
+    deadline_s: float | None = None,
+    *,
+    on_end: Callable[[Trajectory], None] | None = None,
+) -> Trajectory:
+    """Run one episode of `task` in `sandbox` and return its trajectory.
+
+    `deadline_s` is an absolute `time.monotonic()` time; the episode ends with `limit_time` at
+    the earlier of it and `config.episode_timeout_s` after the start. After a submission the
+    status is `unresolved` with reward None: the orchestrator grades and sets status + reward.
+    `on_end` is called with the finished trajectory in every case, cancellation included.
+    """
+    start = time.monotonic()
+    episode = _Episode(task, sandbox, model, tokenizer, config, episode_id, group_id)
+    episode.deadline = _deadline(config, deadline_s, start)
+    traj = episode.traj
+    try:
+        await episode.run_until_deadline(start)
+    except _End as end:
+        _finish(traj, end.status, end.reason)
+    except RequestCancelled as exc:
+        _finish(traj, _CANCEL_STATUS.get(exc.reason, EpisodeStatus.infra_error), _describe(exc))
+    except asyncio.CancelledError:
+        _finish(traj, EpisodeStatus.cancelled, "episode task was cancelled")
+        raise
+    except Exception as exc:  # noqa: BLE001 - the episode's one fault boundary: infra
+        _finish(traj, EpisodeStatus.infra_error, _describe(exc))
+    finally:
+        if traj.status != EpisodeStatus.cancelled:
+            await episode.collect_patch()
+        traj.timings.update(
+            model=episode.model_s, env=episode.env_s, total=time.monotonic() - start
+        )
+        if on_end is not None:
+            on_end(traj)
+    return traj
+
+
+class _Episode:
+    """State of one running episode: the token context, counters and timings."""
+
+    def __init__(
+        self,
+        task: Task,
+        sandbox: Sandbox,
+        model: ModelClient,
+        tokenizer: ChatTokenizer,
+        config: AgentConfig,
+        episode_id: str,
+        group_id: str,
+    ) -> None:
+        self.task, self.sandbox, self.model, self.config = task, sandbox, model, config
+        self.chat = ChatML(tokenizer)
+        self.scaffold = make_scaffold(config)
+        self.traj = Trajectory(episode_id=episode_id, task_id=task.instance_id, group_id=group_id)
+        self.context: list[int] = []
+        """Every token the model has seen or generated so far."""
+        self.pending: list[int] = []
+        """Tokens to append before the next model call (the next turn's prompt_ids)."""
+        self.format_errors = 0
+        self.deadline: float | None = None
+        self.model_s = 0.0
+        self.env_s = 0.0
+
+    async def run_until_deadline(self, start: float) -> None:
+        if self.deadline is None:
+            await self.run()
+            return
+        try:
+            async with asyncio.timeout(self.deadline - time.monotonic()) as scope:
+                await self.run()
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise _End(EpisodeStatus.limit_time, _time_reason(self.deadline, start)) from None
+
+    async def run(self) -> None:
+        system = self.scaffold.system_prompt(self.task)
+        self.pending = self.chat.initial_prompt(system, self.scaffold.instance_prompt(self.task))
+        while True:
+            if len(self.traj.turns) >= self.config.max_steps:
+                raise _End(EpisodeStatus.limit_steps, f"reached max_steps={self.config.max_steps}")
+            turn = await self.generate()
+            self.traj.turns.append(turn)
+            await self.act(turn)
+
+    async def generate(self) -> Turn:
+        """One model call on `context + pending`; the completion is appended as generated."""
+        prompt = self.context + self.pending
+        room = self.config.context_budget_tokens - len(prompt)
+        if room < 1:
+            raise _End(
+                EpisodeStatus.limit_tokens,
+                f"context of {len(prompt)} tokens leaves no room in the budget of "
+                f"{self.config.context_budget_tokens}",
+            )
+        max_tokens = min(self.config.max_tokens_per_turn, room)
+        t0 = time.monotonic()
+        try:
+            completion = await self.model.generate(
+                prompt, max_tokens=max_tokens, episode_id=self.traj.episode_id
+            )
+        finally:
+            latency = time.monotonic() - t0
+            self.model_s += latency
+        _check_completion(completion, max_tokens)
+        turn = _turn(self.pending, completion, latency)
+        self.context = prompt + turn.completion_ids
+        self.pending = []
+        return turn
+
+    async def act(self, turn: Turn) -> None:
+        """Parse the reply, run its command, and queue the observation delta."""
+        text = self.chat.completion_text(turn.completion_ids)
+        try:
+            action = self.scaffold.parse_action(text, turn.finish_reason)
+        except FormatError as error:
+            self.format_error(turn, error)
+            return
+        self.format_errors = 0
+        turn.action = action.command
+        if action.submit:
+            raise _End(EpisodeStatus.unresolved, "submitted")
+        result = await self.run_command(action.command)
+        observation = self.scaffold.observe(action, result)
+        self.observe(turn, observation.text, observation.truncated_chars)
+        if observation.submitted:
+            raise _End(EpisodeStatus.unresolved, "submitted")
+
+    def format_error(self, turn: Turn, error: FormatError) -> None:
+        self.format_errors += 1
+        self.observe(turn, self.scaffold.format_error(error, turn.finish_reason))
+        if self.format_errors >= self.config.max_format_errors:
+            raise _End(
+                EpisodeStatus.format_errors,
+                f"{self.format_errors} consecutive format errors; last: {error}",
+            )
+
+    def observe(self, turn: Turn, text: str, truncated_chars: int = 0) -> None:
+        turn.observation = text
+        turn.observation_truncated_chars = truncated_chars
+        self.pending = self.chat.observation_delta(turn.completion_ids, text)
+
+    async def run_command(self, command: str) -> CommandResult:
+        timeout = self.config.command_timeout_s
+        if self.deadline is not None:
+            timeout = max(0.01, min(timeout, self.deadline - time.monotonic()))
+        t0 = time.monotonic()
+        try:
+            return await self.sandbox.run(command, timeout_s=timeout)
+        finally:
+            self.env_s += time.monotonic() - t0
+
+    async def collect_patch(self) -> None:
+        """Fill `model_patch` from the sandbox. A failed diff means the sandbox broke and the
+        patch is unknown: a scorable status becomes infra_error (its old status and reason are
+        kept in `reason`), so a broken sandbox is never graded as reward 0."""
+        t0 = time.monotonic()
+        try:
+            async with asyncio.timeout(self.config.command_timeout_s):
+                self.traj.model_patch = await self.sandbox.diff()
+        except Exception as exc:  # noqa: BLE001 - fault boundary of the patch step
+            detail = f"diff failed: {_describe(exc)}"
+            if self.traj.status in NON_SCORABLE:
+                self.traj.reason = f"{self.traj.reason}; {detail}"
+            else:
+                before = f"{self.traj.status.value}: {self.traj.reason}"
+                _finish(self.traj, EpisodeStatus.infra_error, f"{detail} (after {before})")
+        finally:
+            self.env_s += time.monotonic() - t0
+
+
+def _turn(prompt_ids: list[int], completion: Completion, latency: float) -> Turn:
+    return Turn(
+        prompt_ids=prompt_ids,
+        completion_ids=list(completion.completion_ids),
+        logprobs=list(completion.logprobs),
+        policy_version=completion.policy_version,
+        finish_reason=completion.finish_reason,
+        latency_s=latency,
+        routed_experts=completion.routed_experts,
+    )
+
+
+def _check_completion(completion: Completion, max_tokens: int) -> None:
+    """The server's answer must be token-exact and within the request."""
+    n_ids, n_logprobs = len(completion.completion_ids), len(completion.logprobs)
+    if n_ids != n_logprobs:
+        raise ValueError(f"server returned {n_logprobs} logprobs for {n_ids} tokens")
+    if n_ids > max_tokens:
+        raise ValueError(f"server returned {n_ids} tokens for max_tokens={max_tokens}")
+
+
+def _deadline(config: AgentConfig, deadline_s: float | None, start: float) -> float | None:
+    candidates = [deadline_s]
+    if config.episode_timeout_s is not None:
+        candidates.append(start + config.episode_timeout_s)
+    present = [c for c in candidates if c is not None]
+    return min(present) if present else None
+
+
+def _time_reason(deadline: float, start: float) -> str:
+    return f"episode deadline reached after {deadline - start:.1f}s"
+
+
+def _finish(traj: Trajectory, status: EpisodeStatus, reason: str) -> None:
+    traj.status = status
+    traj.reason = reason
+    traj.reward = None
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

@@ -1,0 +1,16 @@
+"""Scaffolds: how the agent's text becomes actions and how results become observations."""
+
+from __future__ import annotations
+
+from agents.config import AgentConfig
+from agents.protocol import Scaffold
+from agents.scaffolds.bash import SUBMIT_SENTINEL, BashScaffold
+
+__all__ = ["SUBMIT_SENTINEL", "BashScaffold", "make_scaffold"]
+
+
+def make_scaffold(config: AgentConfig) -> Scaffold:
+    """The scaffold named by `config.scaffold`."""
+    if config.scaffold == "bash":
+        return BashScaffold(config)
+    raise ValueError(f"unknown scaffold {config.scaffold!r}")

@@ -1,0 +1,77 @@
+"""Bash-only scaffold (mini-swe-agent style): one ```bash block per reply, one command per turn.
+
+Submission convention: the agent runs `echo SWEFLEET_SUBMIT`; a command whose output's first
+line is exactly the sentinel and whose exit code is 0 submits. The submission is the sandbox's
+`git diff`, collected by the loop.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agents.config import AgentConfig
+from agents.prompts import render, truncate_middle
+from agents.protocol import Action, FormatError, Observation
+from envs.protocol import CommandResult
+from swefleet.types import Task
+
+SUBMIT_SENTINEL = "SWEFLEET_SUBMIT"
+_BLOCK = re.compile(r"```bash[ \t]*\n(.*?)```", re.DOTALL)
+
+
+class BashScaffold:
+    """Implements `agents.protocol.Scaffold` with fenced bash blocks."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+
+    def system_prompt(self, task: Task) -> str:
+        return render(
+            "bash/system.j2",
+            task=task,
+            submit_sentinel=SUBMIT_SENTINEL,
+            command_timeout_s=self.config.command_timeout_s,
+        )
+
+    def instance_prompt(self, task: Task) -> str:
+        return render("bash/instance.j2", task=task)
+
+    def parse_action(self, text: str, finish_reason: str) -> Action:
+        if "\ufffd" in text:
+            raise FormatError("the reply contains bytes that are not valid UTF-8")
+        blocks = _BLOCK.findall(_strip_thinking(text))
+        if not blocks:
+            raise FormatError("no ```bash block found")
+        if len(blocks) > 1:
+            raise FormatError(f"found {len(blocks)} ```bash blocks; exactly one is allowed")
+        command = blocks[0].strip()
+        if not command:
+            raise FormatError("the ```bash block is empty")
+        return Action(command=command)
+
+    def observe(self, action: Action, result: CommandResult) -> Observation:
+        output, elided = truncate_middle(result.output, self.config.observation_max_chars)
+        text = render("bash/observation.j2", result=result, output=output, elided_chars=elided)
+        return Observation(text=text, truncated_chars=elided, submitted=is_submission(result))
+
+    def format_error(self, error: FormatError, finish_reason: str) -> str:
+        return render(
+            "bash/format_error.j2",
+            error=str(error),
+            finish_reason=finish_reason,
+            submit_sentinel=SUBMIT_SENTINEL,
+        )
+
+
+def is_submission(result: CommandResult) -> bool:
+    """First output line is exactly the sentinel and the command exited 0."""
+    lines = result.output.lstrip().splitlines()
+    return result.exit_code == 0 and bool(lines) and lines[0].strip() == SUBMIT_SENTINEL
+
+
+def _strip_thinking(text: str) -> str:
+    """Only the text after a closed `<think>...</think>` holds the action; an unclosed
+    `<think>` means everything after it is thinking."""
+    if "</think>" in text:
+        return text.rpartition("</think>")[2]
+    return text.partition("<think>")[0]
