@@ -1,0 +1,9 @@
+"""The RL trainer room: a separate process (`python -m trainer.main`) that reads packed batches
+written by the orchestrator (`swefleet.batch`, docs/batch_schema.md), takes one optimizer step per
+batch and publishes each new policy version as an atomically renamed HF checkpoint directory.
+
+Modules: `config` (pydantic TrainerConfig / TrainerJob, no heavy imports), `titan` (the only
+torchtitan adapter), `forward` (micro-batch layout, log-probs), `logprobs` (chunked lm_head),
+`losses` (pure per-token RL losses), `step` (one optimizer step), `export` (HF export),
+`main` (the process loop). Nothing here is imported at the top of the CLI.
+"""

@@ -1,0 +1,260 @@
+"""The trainer as the orchestrator drives it: a separate process reading batch files and
+publishing HF checkpoints. Also: the torchtitan <-> HF mapping is exact (weights round trip,
+log-probs equal transformers')."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
+from swefleet.tinymodel import create_tiny_model
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+METRIC_KEYS = {
+    "step",
+    "policy_version",
+    "loss",
+    "grad_norm",
+    "entropy",
+    "mismatch_kl",
+    "masked_fraction",
+    "tokens_per_s",
+    "step_time_s",
+    "peak_memory_gib",
+    "clip_fraction",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    # one copy per pytest session (create_tiny_model reuses a matching directory)
+    return create_tiny_model(tmp_path_factory.getbasetemp() / "tiny-qwen3", seed=0)
+
+
+@pytest.fixture(scope="module")
+def sharp(tiny, tmp_path_factory) -> Path:
+    """The tiny model with large random weights (norms too), so log-probs are far from uniform
+    and any mapping error (swapped projections, wrong RoPE, norms) shows."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("sharp")
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                p.copy_(1 + 0.5 * torch.randn(p.shape, generator=g))
+            else:
+                scale = 3.0 if ("lm_head" in name or "embed" in name) else 1.0
+                p.copy_(scale * torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+    model.save_pretrained(out)
+    return out
+
+
+def _hf_logprobs(model, samples) -> np.ndarray:
+    """transformers' logprob of each token given the earlier ones (0 for the first), packed."""
+    out = []
+    with torch.no_grad():
+        for s in samples:
+            x = torch.tensor([s["tokens"]])
+            logp = torch.log_softmax(model(x).logits.float(), -1)[0, :-1]
+            out.append(np.concatenate([[0.0], logp.gather(-1, x[0, 1:, None])[:, 0].numpy()]))
+    return np.concatenate(out).astype(np.float32)
+
+
+def _random_samples(rng, lengths, vocab=1024):
+    return [
+        {
+            "tokens": rng.integers(3, vocab, n).tolist(),
+            "loss_mask": [False] + [True] * (n - 1),
+            "inference_logprobs": [0.0] * n,
+            "advantage": 1.0,
+            "policy_version": 0,
+        }
+        for n in lengths
+    ]
+
+
+def test_logprobs_match_transformers(sharp):
+    from transformers import AutoModelForCausalLM
+
+    from trainer.forward import batch_logprobs
+    from trainer.titan import load_policy
+
+    samples = _random_samples(np.random.default_rng(0), [17, 40, 5, 23])
+    arrays = pack_samples(samples)
+    ref = _hf_logprobs(AutoModelForCausalLM.from_pretrained(sharp, dtype=torch.float32), samples)
+    assert ref[arrays["loss_mask"]].std() > 1.0  # far from uniform: the comparison has teeth
+    policy = load_policy(sharp, torch.device("cpu"), "sdpa")
+    for budget, chunk in [(8192, 1024), (45, 7)]:  # one micro-batch / several, several chunks
+        got = batch_logprobs(policy, arrays, chunk_size=chunk, micro_batch_tokens=budget)
+        assert np.abs(got - ref).max() < 1e-4
+    arrays["tokens"][3] = 1024  # outside the vocabulary: a clear error, not an index crash
+    with pytest.raises(ValueError, match="token ids"):
+        batch_logprobs(policy, arrays)
+
+
+def test_hf_round_trip_is_exact_before_any_step(tiny, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from trainer.export import export_hf, state_dicts_equal
+    from trainer.titan import load_policy
+
+    policy = load_policy(tiny, torch.device("cpu"), "sdpa")
+    out = export_hf(policy, tmp_path / "weights" / "v000000", {"version": 0})
+    assert state_dicts_equal(
+        load_file(out / "model.safetensors"), load_file(tiny / "model.safetensors")
+    )
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (out / name).read_bytes() == (tiny / name).read_bytes()
+    assert not (out / "swefleet_model.json").exists()
+    assert json.loads((out / "swefleet_policy.json").read_text())["version"] == 0
+    assert [p.name for p in (tmp_path / "weights").iterdir()] == ["v000000"]
+    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).state_dict()
+    original = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).state_dict()
+    assert state_dicts_equal(reloaded, original)
+    with pytest.raises(FileExistsError):  # a published version is never overwritten
+        export_hf(policy, out)
+
+
+def _trainer(args: list[str], **kw) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainer.main", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
+
+
+def test_trainer_process_trains_two_steps_and_publishes_weights(tiny, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    rng = np.random.default_rng(0)
+    good = _random_samples(rng, [12, 20, 9])
+    bad = _random_samples(rng, [15, 11])
+    for s in bad:
+        s["advantage"] = -1.0
+    for s in good + bad:  # prompt of 4 tokens, then "generated" tokens with the server's logprobs
+        s["loss_mask"] = [False] * 4 + [True] * (len(s["tokens"]) - 4)
+    samples = good + bad
+    inf = _hf_logprobs(hf, samples)
+    cu = np.cumsum([0] + [len(s["tokens"]) for s in samples])
+    for i, s in enumerate(samples):
+        s["inference_logprobs"] = inf[cu[i] : cu[i + 1]].tolist()
+    batches, weights = tmp_path / "batches", tmp_path / "run" / "weights"
+    batches.mkdir()
+    for step in (0, 1):
+        write_batch(batch_path(batches, step), pack_samples(samples), {"step": step})
+    job = tmp_path / "job.toml"
+    job.write_text(
+        "[trainer]\nmicro_batch_tokens = 48\nlogprob_chunk_size = 16\n"
+        "batch_timeout_s = 60\npoll_interval_s = 0.05\n"
+    )
+    proc = _trainer(
+        [
+            "--config",
+            str(job),
+            "--model",
+            str(tiny),
+            "--batches-dir",
+            str(batches),
+            "--weights-dir",
+            str(weights),
+            "--max-steps",
+            "2",
+            "--lr",
+            "5e-4",
+            "--device",
+            "cpu",
+        ]
+    )
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out
+    assert sorted(p.name for p in weights.iterdir()) == ["v000001", "v000002"]  # no temp dirs
+
+    records = [json.loads(line) for line in (tmp_path / "run" / "trainer_metrics.jsonl").open()]
+    assert [r["policy_version"] for r in records] == [1, 2]
+    assert all(METRIC_KEYS <= r.keys() for r in records)
+    # the batch's logprobs came from transformers on the same weights: no mismatch at step 0
+    assert records[0]["mismatch_kl"] < 1e-8 and records[0]["clip_fraction"] == 0.0
+    assert records[1]["mismatch_kl"] > records[0]["mismatch_kl"]  # weights moved since
+    assert all(np.isfinite(r["loss"]) and r["grad_norm"] > 0 for r in records)
+
+    v0 = load_file(tiny / "model.safetensors")
+    v1, v2 = (load_file(weights_path(weights, v) / "model.safetensors") for v in (1, 2))
+    assert v0.keys() == v1.keys() == v2.keys()
+    assert not torch.equal(v0["lm_head.weight"], v1["lm_head.weight"])
+    assert not torch.equal(
+        v1["model.layers.1.mlp.up_proj.weight"], v2["model.layers.1.mlp.up_proj.weight"]
+    )
+    # the published checkpoint loads in transformers and moved the policy with the advantage
+    trained = _hf_logprobs(AutoModelForCausalLM.from_pretrained(weights_path(weights, 2)), samples)
+    mask = np.concatenate([s["loss_mask"] for s in samples])
+    n_good = cu[len(good)]
+    delta = (trained - inf)[mask]
+    assert delta[: mask[:n_good].sum()].mean() > 0 > delta[mask[:n_good].sum() :].mean()
+
+
+def test_trainer_exits_cleanly_on_sigterm_while_waiting(tiny, tmp_path):
+    proc = _trainer(
+        [
+            "--model",
+            str(tiny),
+            "--batches-dir",
+            str(tmp_path / "b"),
+            "--weights-dir",
+            str(tmp_path / "w"),
+            "--device",
+            "cpu",
+        ]
+    )
+    deadline = time.monotonic() + 120
+    lines = []
+    for line in proc.stdout:  # wait until the model is loaded and the loop polls
+        lines.append(line)
+        if "waiting for batches" in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, "".join(lines) + out
+    assert list((tmp_path / "w").iterdir()) == []
+
+
+def test_trainer_gives_up_when_no_batch_arrives(tiny, tmp_path):
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "model": str(tiny),
+                "batches_dir": str(tmp_path / "b"),
+                "weights_dir": str(tmp_path / "w"),
+                "trainer": {"batch_timeout_s": 0.5, "device": "cpu"},
+            }
+        )
+    )
+    proc = _trainer(["--config", str(job)])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out
+    assert "step_000000.npz" in out

@@ -1,0 +1,93 @@
+"""Typed trainer configuration. No heavy imports: the CLI and the run-config tree import this.
+
+`TrainerConfig` holds the algorithm and runtime knobs (the lead composes it into the run config
+under `[trainer]`); `TrainerJob` adds the paths and step range of one trainer process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainerConfig(BaseModel):
+    """Knobs of the RL trainer process."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-6, gt=0)
+    """AdamW learning rate (constant; no schedule yet)."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW (beta1, beta2)."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Clip the global L2 gradient norm to this value before each optimizer step."""
+    loss: Literal["dapo", "cispo"] = "dapo"
+    """Policy loss. `dapo`: PPO clip of the ratio r = pi/mu against the inference logprobs mu
+    (asymmetric eps_low/eps_high). `cispo`: REINFORCE weighted by the stop-gradient clipped
+    ratio sg(clip(r, 1-eps_low, 1+eps_high)). Both are token sums / global trained-token count."""
+    eps_low: float = Field(0.2, ge=0)
+    """Lower clip: the ratio is clipped below at 1 - eps_low."""
+    eps_high: float = Field(0.28, ge=0)
+    """Upper clip: the ratio is clipped above at 1 + eps_high (DAPO's clip-higher)."""
+    tis_cap: float | None = Field(2.0, gt=0)
+    """Truncated importance sampling: no token's gradient weight (its ratio pi/mu, or CISPO's
+    clipped weight) may exceed this cap; larger weights are truncated to it (stop-gradient
+    rescale). Matters for negative advantages under `dapo`. None disables."""
+    logprob_chunk_size: int = Field(1024, gt=0)
+    """Tokens per chunk of the lm_head + fp32 log-softmax (bounds [chunk, vocab] logits memory;
+    each chunk is recomputed in backward)."""
+    micro_batch_tokens: int = Field(8192, gt=0)
+    """Token budget of one forward/backward micro-batch (padded tokens for `sdpa`, packed tokens
+    for `varlen`). A single longer sample still forms its own micro-batch."""
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    """Where to train; `auto` picks cuda when available."""
+    attention: Literal["auto", "sdpa", "varlen"] = "auto"
+    """Attention kernel. `sdpa`: samples as right-padded causal rows (CPU). `varlen`: samples
+    packed into one row with boundaries from cu_seqlens (CUDA, needs bf16). `auto`: varlen on
+    cuda, sdpa on cpu."""
+    compute_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Autocast dtype of the forward (master weights and optimizer state stay fp32)."""
+    seed: int = 0
+    """Seed for torch's RNGs."""
+    poll_interval_s: float = Field(0.2, gt=0)
+    """How often to look for the next batch file."""
+    batch_timeout_s: float | None = Field(3600.0, gt=0)
+    """Give up (exit code 3) when the next batch does not appear within this many seconds;
+    None waits forever."""
+
+
+class TrainerJob(BaseModel):
+    """One trainer process: where to read the model and batches, where to publish weights."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path
+    """HF checkpoint directory (config.json + *.safetensors + tokenizer files) of the starting
+    policy, i.e. of version `start_version`."""
+    batches_dir: Path
+    """Directory the orchestrator writes `step_{n:06d}.npz` batches into."""
+    weights_dir: Path
+    """Directory the trainer publishes `v{n:06d}/` HF checkpoints into; metrics go to
+    `weights_dir/../trainer_metrics.jsonl`."""
+    start_version: int = Field(0, ge=0)
+    """Policy version of `model`; the first batch read is `step_{start_version:06d}.npz`."""
+    max_steps: int | None = Field(None, gt=0)
+    """Stop after this many optimizer steps; None runs until SIGTERM/SIGINT or batch timeout."""
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """Algorithm and runtime knobs."""
+
+
+def load_job_file(path: str | Path) -> dict:
+    """Read a TOML or JSON job file into a plain dict (validated by the caller)."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix == ".json":
+        return json.loads(text)
+    import tomllib
+
+    return tomllib.loads(text)
