@@ -1,0 +1,206 @@
+"""Task sets: load SWE-bench-style records into `Task`s and give each one an image.
+
+Sources (`load_tasks`):
+- a local `.jsonl`, `.json` (a list of records) or `.parquet` file, read with `datasets`;
+  `split` then keeps the tasks whose `split` field equals it (`train` / `heldout`);
+- a Hugging Face Hub dataset name such as `princeton-nlp/SWE-bench_Verified`, read with
+  `datasets.load_dataset(name, split=split or "test")` (needs network access and a cache, so it
+  is unreachable on air-gapped machines; hub records carry no `image`/`source_dir`, so set
+  `image` yourself, e.g. to SWE-bench's pre-built instance images).
+
+Records use SWE-bench's field names; `FAIL_TO_PASS` / `PASS_TO_PASS` may be JSON-encoded
+strings as on the Hub. Any problem raises `TaskFileError` naming the file, the record (index
+and instance_id) and the field.
+
+A task's `source_dir` is relative to the task file's directory (`resolve_source_dir`);
+`prepare_task_images` builds one image per distinct source dir with `envs.images`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from envs.images import DEFAULT_BASE_IMAGE, ensure_task_image
+from swefleet.types import Task
+
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+_HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
+log = logging.getLogger(__name__)
+_JSON_LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS", "test_files")
+
+
+class TaskFileError(ValueError):
+    """A task file or one of its records is malformed; the message says where."""
+
+
+def load_tasks(source: str | Path, split: str | None = None) -> list[Task]:
+    """Load and validate the tasks of a file or Hub dataset (see the module docstring)."""
+    path = Path(source)
+    if path.suffix in FILE_SUFFIXES or path.exists():
+        tasks = validate_records(_read_file(path), str(path))
+        return [t for t in tasks if split is None or t.split == split]
+    if isinstance(source, str) and _HUB_NAME.match(source):
+        return validate_records(_read_hub(source, split or "test"), source)
+    raise TaskFileError(f"{source}: no such task file, and not a Hub dataset name")
+
+
+def _datasets():
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    return datasets
+
+
+def _read_file(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise TaskFileError(f"{path}: no such task file")
+    if path.suffix not in FILE_SUFFIXES:
+        raise TaskFileError(f"{path}: unknown task file type (use {', '.join(FILE_SUFFIXES)})")
+    builder = "parquet" if path.suffix == ".parquet" else "json"
+    try:
+        with tempfile.TemporaryDirectory(prefix="swefleet-tasks-") as cache:
+            ds = _datasets().load_dataset(
+                builder, data_files=str(path), split="train", cache_dir=cache, keep_in_memory=True
+            )
+            return ds.to_list()
+    except Exception as e:  # datasets/arrow say neither which record nor which field
+        if builder == "parquet":
+            cause = e.__cause__ or e
+            raise TaskFileError(f"{path}: cannot be read: {type(cause).__name__}: {cause}") from e
+        log.debug("%s: datasets could not read it (%s); reading it as plain JSON", path, e)
+        return _read_json_records(path)
+
+
+def _read_json_records(path: Path) -> list:
+    """The records of a JSON / JSONL file, read without arrow's type unification (so records
+    whose fields differ in type still load, and validation names the bad record and field).
+    A JSON syntax error raises a TaskFileError naming the record."""
+    text = path.read_text(errors="replace")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TaskFileError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
+        return data if isinstance(data, list) else [data]
+    records = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise TaskFileError(
+                f"{path}: record {len(records)} (line {lineno}): invalid JSON: {e.msg}"
+            ) from None
+    return records
+
+
+def _read_hub(name: str, split: str) -> list[dict]:
+    try:
+        return _datasets().load_dataset(name, split=split).to_list()
+    except Exception as e:
+        raise TaskFileError(f"{name}: cannot load Hub dataset split {split!r}: {e}") from e
+
+
+def validate_records(records: list[dict], where: str) -> list[Task]:
+    """Validate raw records into Tasks; `where` names the source in error messages."""
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for i, record in enumerate(records):
+        task = _validate_record(record, f"{where}: record {i}")
+        if task.instance_id in seen:
+            raise TaskFileError(
+                f"{where}: record {i} (instance_id={task.instance_id!r}): field "
+                f"'instance_id': duplicate of record {seen[task.instance_id]}"
+            )
+        seen[task.instance_id] = i
+        tasks.append(task)
+    return tasks
+
+
+def _validate_record(record: dict, where: str) -> Task:
+    if not isinstance(record, dict):
+        raise TaskFileError(f"{where}: not a JSON object")
+    # arrow fills fields missing from some records with None (let the defaults apply) and
+    # reads ISO date strings as timestamps (give them back as strings)
+    data = {k: _undo_arrow(v) for k, v in record.items() if v is not None}
+    where = f"{where} (instance_id={data.get('instance_id')!r})"
+    for field in _JSON_LIST_FIELDS:
+        if isinstance(data.get(field), str):
+            try:
+                data[field] = json.loads(data[field])
+            except json.JSONDecodeError:
+                raise TaskFileError(
+                    f"{where}: field {field!r}: a string that is not a JSON list"
+                ) from None
+    try:
+        task = Task.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise TaskFileError(f"{where}: field {field!r}: {err['msg']}") from None
+    _check_semantics(task, where)
+    return task
+
+
+def _undo_arrow(value):
+    if isinstance(value, datetime.datetime):
+        text = value.isoformat()
+        return text + "Z" if value.tzinfo is None else text.replace("+00:00", "Z")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return value
+
+
+def _check_semantics(task: Task, where: str) -> None:
+    if not task.instance_id.strip():
+        raise TaskFileError(f"{where}: field 'instance_id': must not be empty")
+    from envs.grading import get_log_parser
+
+    try:
+        get_log_parser(task.log_parser)
+    except ValueError as e:
+        raise TaskFileError(f"{where}: field 'log_parser': {e}") from None
+    if not task.image and not task.source_dir:
+        raise TaskFileError(f"{where}: field 'image': neither 'image' nor 'source_dir' is set")
+
+
+def resolve_source_dir(task: Task, tasks_file: str | Path) -> Path:
+    """`task.source_dir` resolved against the directory of the task file; must exist."""
+    if not task.source_dir:
+        raise TaskFileError(
+            f"{tasks_file}: instance_id={task.instance_id!r}: field 'source_dir': not set"
+        )
+    path = (Path(tasks_file).parent / task.source_dir).resolve()
+    if not path.is_dir():
+        raise TaskFileError(
+            f"{tasks_file}: instance_id={task.instance_id!r}: field "
+            f"'source_dir': {path} is not a directory"
+        )
+    return path
+
+
+def prepare_task_images(
+    tasks: list[Task], tasks_file: str | Path, base_image: str = DEFAULT_BASE_IMAGE
+) -> list[Task]:
+    """Fill `task.image` for tasks that have none, building (or reusing) one content-hashed
+    image per distinct source dir. Tasks that already name an image keep it. Returns `tasks`,
+    changed in place."""
+    built: dict[tuple[Path, str, str], str] = {}
+    for task in tasks:
+        if task.image:
+            continue
+        source = resolve_source_dir(task, tasks_file)
+        key = (source, task.repo, task.workdir)
+        if key not in built:
+            built[key] = ensure_task_image(task, source, base_image)
+        task.image = built[key]
+    return tasks

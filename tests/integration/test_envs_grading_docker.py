@@ -1,0 +1,177 @@
+"""DockerGrader with real containers: every outcome, the patch fallback, limits, no leftovers.
+
+Uses the bundled quickstart tasks (images are content-hashed and reused between runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from envs.grading import DockerGrader, grade_many, regrade_from_log
+from envs.tasks import load_tasks, prepare_task_images, resolve_source_dir
+from swefleet.types import GradeResult, GradeStatus, Task
+
+pytestmark = pytest.mark.integration
+
+TASKS_FILE = Path(__file__).resolve().parents[2] / "envs/data/quickstart/tasks.jsonl"
+RUN_ID = f"test-grading-{uuid.uuid4().hex[:8]}"
+
+
+def containers_of_run() -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=swefleet.run={RUN_ID}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[Task]:
+    import docker.errors
+
+    from envs.images import DEFAULT_BASE_IMAGE, image_exists
+
+    try:
+        if not image_exists(DEFAULT_BASE_IMAGE):
+            pytest.skip(f"base image {DEFAULT_BASE_IMAGE} not built (envs.images)")
+    except docker.errors.DockerException as e:  # no daemon
+        pytest.skip(f"Docker is not available: {e}")
+    loaded = prepare_task_images(load_tasks(TASKS_FILE), TASKS_FILE)
+    yield loaded
+    assert containers_of_run() == [], "grading left containers behind"
+
+
+@pytest.fixture(scope="module")
+def grader() -> DockerGrader:
+    return DockerGrader(RUN_ID, timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def graded(tasks, grader) -> tuple[list[GradeResult], list[GradeResult]]:
+    """Gold and empty patches for every bundled task (the set's validation)."""
+    gold = asyncio.run(grade_many(tasks, {t.instance_id: t.patch for t in tasks}, grader, 2))
+    empty = asyncio.run(grade_many(tasks, {t.instance_id: "" for t in tasks}, grader, 2))
+    return gold, empty
+
+
+def slug_task(tasks: list[Task]) -> Task:
+    return next(t for t in tasks if t.instance_id == "textkit__textkit-1")
+
+
+def edit_patch(task: Task, path: str, edit) -> str:
+    """A git-style diff that applies `edit(text)` to `path` of the task's repository."""
+    old = (resolve_source_dir(task, TASKS_FILE) / path).read_text()
+    new = edit(old)
+    body = difflib.unified_diff(
+        old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"
+    )
+    return f"diff --git a/{path} b/{path}\n" + "".join(body)
+
+
+def new_file_patch(path: str, text: str) -> str:
+    lines = text.splitlines(True)
+    body = "".join("+" + line for line in lines)
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n{body}"
+    )
+
+
+def assert_regrade_equal(task: Task, live: GradeResult) -> None:
+    again = regrade_from_log(task, live.log)
+    assert again.model_dump(exclude={"duration_s"}) == live.model_dump(exclude={"duration_s"})
+
+
+def test_gold_resolves_and_empty_does_not_for_every_bundled_task(tasks, graded):
+    gold, empty = graded
+    for task, g, e in zip(tasks, gold, empty):
+        assert g.status == GradeStatus.resolved, (task.instance_id, g.reason, g.log[-2000:])
+        assert "(git apply)" in g.log
+        assert e.status == GradeStatus.unresolved, (task.instance_id, e.reason)
+        assert e.fail_to_pass["failure"] == task.FAIL_TO_PASS
+        assert e.pass_to_pass["failure"] == []
+    assert containers_of_run() == []
+
+
+def test_regrade_from_log_equals_the_live_grade(tasks, graded):
+    gold, empty = graded
+    for task, g, e in zip(tasks, gold, empty):
+        assert_regrade_equal(task, g)
+        assert_regrade_equal(task, e)
+
+
+async def test_garbage_patch_did_not_apply(tasks, grader):
+    task = slug_task(tasks)
+    r = await grader.grade(task, "this is not a patch\n")
+    assert r.status == GradeStatus.error and r.reason == "patch did not apply"
+    wrong_context = task.patch.replace("len(slug) < max_length", "len(slug) != max_length")
+    r = await grader.grade(task, wrong_context)
+    assert r.status == GradeStatus.error and r.reason == "patch did not apply"
+    assert_regrade_equal(task, r)
+
+
+def test_fuzzy_patch_falls_back_to_patch_fuzz(tasks, grader):
+    task = slug_task(tasks)
+    fuzzy = task.patch.replace("     if not sep:\n", "     if not separator:\n", 1)
+    assert fuzzy != task.patch
+    r = grader.grade_sync(task, fuzzy)
+    assert r.status == GradeStatus.resolved, r.log[-3000:]
+    assert "(patch --fuzz)" in r.log and "(git apply)" not in r.log
+
+
+def test_hanging_suite_times_out(tasks):
+    task = slug_task(tasks)
+    hang = edit_patch(task, "textkit/slug.py", lambda s: s + "\nimport time\n\ntime.sleep(3600)\n")
+    r = DockerGrader(RUN_ID, timeout_s=5).grade_sync(task, hang)
+    assert r.status == GradeStatus.error and r.reason == "tests timed out"
+    assert r.duration_s < 20
+    assert_regrade_equal(task, r)
+
+
+def test_broken_collection_is_suite_did_not_run(tasks, grader):
+    task = slug_task(tasks)
+    conftest = new_file_patch("conftest.py", 'raise RuntimeError("no tests today")\n')
+    r = grader.grade_sync(task, task.patch + conftest)
+    assert r.status == GradeStatus.error and r.reason.startswith("suite did not run"), r.log
+    assert r.tests == {}
+    assert_regrade_equal(task, r)
+
+
+def test_model_edits_to_test_files_are_reset(tasks, grader):
+    """Deleting (or rewriting) the deciding test file does not help: SWE-bench resets the
+    files that test_patch touches before applying it."""
+    task = slug_task(tasks)
+    delete = edit_patch(task, "tests/test_slug.py", lambda s: "")
+    r = grader.grade_sync(task, task.patch + delete)
+    assert r.status == GradeStatus.resolved, r.log[-3000:]
+    r = grader.grade_sync(task, delete)
+    assert r.status == GradeStatus.unresolved
+
+
+def test_docker_failure_is_infra_error_not_unresolved(tasks, grader):
+    task = slug_task(tasks).model_copy(update={"image": "swefleet-task:does-not-exist"})
+    r = grader.grade_sync(task, task.patch)
+    assert r.status == GradeStatus.error and r.reason.startswith("infra:"), r.reason
+    assert_regrade_equal(task, r)
+
+
+def test_grading_container_is_locked_down(tasks):
+    probe = (
+        "id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; ls /sys/class/net; "
+        "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null; "
+        "python3 -m pytest -rA -p no:cacheprovider"
+    )
+    task = slug_task(tasks).model_copy(update={"test_cmd": probe})
+    r = DockerGrader(RUN_ID, timeout_s=60, pids_limit=321).grade_sync(task, task.patch)
+    assert r.status == GradeStatus.resolved, r.log[-3000:]
+    head = r.log.split(">>>>> Start Test Output", 1)[1].split("=====", 1)[0]
+    assert head.split()[0] == "1000"
+    assert "CapEff:\t0000000000000000" in head and "NoNewPrivs:\t1" in head
+    assert head.split("NoNewPrivs:\t1", 1)[1].split()[0:2] == ["lo", "321"]

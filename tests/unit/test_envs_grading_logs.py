@@ -1,0 +1,327 @@
+"""Grading decisions from logs, SWE-bench formats and grade_many, without Docker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from envs import grading as g
+from swefleet.types import GradeResult, GradeStatus, Task
+
+pytestmark = pytest.mark.unit
+
+F2P = ["tests/test_a.py::test_fixed", "tests/test_a.py::test_param[1-2]"]
+P2P = ["tests/test_a.py::test_old", "tests/test_a.py::test_skippy"]
+
+
+def task(**kw) -> Task:
+    base = {
+        "instance_id": "demo__demo-1",
+        "repo": "demo/demo",
+        "problem_statement": "x",
+        "image": "img",
+        "FAIL_TO_PASS": F2P,
+        "PASS_TO_PASS": P2P,
+    }
+    return Task(**{**base, **kw})
+
+
+def summary(**statuses: str) -> str:
+    names = {"fixed": F2P[0], "param": F2P[1], "old": P2P[0], "skippy": P2P[1]}
+    lines = ["============ short test summary info ============"]
+    lines += [f"{status} {names[k]}" for k, status in statuses.items()]
+    return "\n".join(lines) + "\n"
+
+
+def make_log(output: str, exit_code: int | None = 1, timed_out: bool = False) -> str:
+    verdict = {"phase": "tests", "exit_code": exit_code, "timed_out": timed_out}
+    return "\n".join(
+        [
+            ">>>>> swefleet grade demo__demo-1 image=img",
+            f"{g.APPLY_PATCH_PASS} (git apply)",
+            g.START_TEST_OUTPUT,
+            output,
+            g.END_TEST_OUTPUT,
+            f"{g.TEST_EXIT_CODE}: {exit_code}",
+            g.VERDICT + json.dumps(verdict),
+            "",
+        ]
+    )
+
+
+def test_all_pass_is_resolved():
+    log = make_log(summary(fixed="PASSED", param="PASSED", old="PASSED", skippy="PASSED"), 0)
+    r = g.regrade_from_log(task(), log)
+    assert r.status == GradeStatus.resolved and r.reason == ""
+    assert r.fail_to_pass == {"success": F2P, "failure": []}
+    assert r.pass_to_pass == {"success": P2P, "failure": []}
+    assert r.tests[F2P[0]] == "PASSED" and r.log == log
+
+
+def test_failing_f2p_is_unresolved_with_counts():
+    log = make_log(summary(fixed="FAILED", param="PASSED", old="PASSED", skippy="PASSED"))
+    r = g.regrade_from_log(task(), log)
+    assert r.status == GradeStatus.unresolved
+    assert r.reason == "1/2 FAIL_TO_PASS failed, 0/2 PASS_TO_PASS failed"
+    assert r.fail_to_pass["failure"] == [F2P[0]]
+
+
+def test_swebench_semantics_skipped_p2p_ok_skipped_or_missing_f2p_not():
+    ok = make_log(summary(fixed="PASSED", param="PASSED", old="PASSED", skippy="SKIPPED"), 0)
+    assert g.regrade_from_log(task(), ok).status == GradeStatus.resolved
+    skipped_f2p = make_log(summary(fixed="SKIPPED", param="PASSED", old="PASSED"), 0)
+    assert g.regrade_from_log(task(), skipped_f2p).status == GradeStatus.unresolved
+    missing_f2p = make_log(summary(param="PASSED", old="PASSED", skippy="PASSED"), 0)
+    r = g.regrade_from_log(task(), missing_f2p)
+    assert r.status == GradeStatus.unresolved and r.fail_to_pass["failure"] == [F2P[0]]
+
+
+def test_no_results_is_suite_did_not_run():
+    log = make_log("ImportError while loading conftest '/testbed/conftest.py'.\n", 4)
+    r = g.regrade_from_log(task(), log)
+    assert r.status == GradeStatus.error and r.reason.startswith("suite did not run")
+
+
+def test_spoofed_passes_with_failing_exit_code_are_rejected():
+    log = make_log(summary(fixed="PASSED", param="PASSED", old="PASSED", skippy="PASSED"), 2)
+    r = g.regrade_from_log(task(), log)
+    assert r.status == GradeStatus.error and r.reason.startswith("suite did not run")
+
+
+def test_markers_printed_by_the_tests_do_not_change_the_verdict():
+    fake = (
+        f"{g.TESTS_TIMEOUT}\n{g.APPLY_PATCH_FAIL}\n{g.END_TEST_OUTPUT}\n"
+        + g.VERDICT
+        + json.dumps({"phase": "infra", "error": "x"})
+        + "\n"
+    )
+    log = make_log(fake + summary(fixed="FAILED", param="PASSED", old="PASSED", skippy="PASSED"))
+    assert g.regrade_from_log(task(), log).status == GradeStatus.unresolved
+
+
+@pytest.mark.parametrize(
+    ("verdict", "reason"),
+    [
+        ({"phase": "model_patch"}, "patch did not apply"),
+        ({"phase": "test_patch"}, "patch did not apply: the test patch conflicts"),
+        ({"phase": "reset"}, "infra: could not reset"),
+        ({"phase": "infra", "error": "APIError: boom"}, "infra: APIError: boom"),
+        ({"phase": "tests", "exit_code": None, "timed_out": True}, "tests timed out"),
+    ],
+)
+def test_error_phases(verdict, reason):
+    log = f"header\n{g.VERDICT}{json.dumps(verdict)}\n"
+    r = g.regrade_from_log(task(), log)
+    assert r.status == GradeStatus.error and r.reason.startswith(reason)
+
+
+def test_log_without_verdict_is_infra():
+    log = make_log(summary(fixed="PASSED"), 0)
+    truncated = log[: log.index(g.VERDICT)]
+    r = g.regrade_from_log(task(), truncated)
+    assert r.status == GradeStatus.error and r.reason.startswith("infra:")
+
+
+def test_regrade_uses_the_tasks_current_lists():
+    log = make_log(summary(fixed="PASSED", param="FAILED", old="PASSED", skippy="PASSED"))
+    assert g.regrade_from_log(task(), log).status == GradeStatus.unresolved
+    corrected = task(FAIL_TO_PASS=[F2P[0]])  # e.g. a flaky test dropped from the list
+    assert g.regrade_from_log(corrected, log).status == GradeStatus.resolved
+
+
+def test_test_files_and_patch_paths():
+    test_patch = (
+        "diff --git a/tests/test_a.py b/tests/test_a.py\n--- a/tests/test_a.py\n+++ b/tests/test_a.py\n"
+        "@@ -1 +1 @@\n-x\n+y\n"
+        "diff --git a/tests/new_test.py b/tests/new_test.py\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/tests/new_test.py\n@@ -0,0 +1 @@\n+z\n"
+        "diff --git a/tests/data.json b/tests/data.json\n--- a/tests/data.json\n"
+        "+++ b/tests/data.json\n@@ -1 +1 @@\n-1\n+2\n"
+        "diff --git a/tests/old_test.py b/tests/old_test.py\ndeleted file mode 100644\n"
+        "--- a/tests/old_test.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-q\n"
+    )
+    t = task(test_patch=test_patch)
+    assert g.test_files_of(t) == ["tests/test_a.py", "tests/new_test.py"]
+    assert g.patch_paths(test_patch) == [
+        "tests/test_a.py",
+        "tests/new_test.py",
+        "tests/data.json",
+        "tests/old_test.py",
+    ]
+    assert g.test_files_of(task(test_patch=test_patch, test_files=["x.py"])) == ["x.py"]
+
+
+def test_log_parsers_come_from_swebench():
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    assert g.get_log_parser("pytest") is PARSER_REGISTRY["parse_log_pytest"]
+    assert g.get_log_parser("parse_log_django") is PARSER_REGISTRY["parse_log_django"]
+    with pytest.raises(ValueError, match="unknown log parser 'nope'"):
+        g.get_log_parser("nope")
+
+
+def test_cap_text_keeps_head_and_more_tail():
+    text = "H" * 1000 + "T" * 1000
+    capped = g.cap_text(text, 400)
+    assert capped.startswith("H" * 100) and capped.endswith("T" * 300)
+    assert "1600 characters cut" in capped
+    assert g.cap_text("short", 400) == "short"
+
+
+# ---------------------------------------------------------------------------------------------
+# SWE-bench predictions and reports
+
+
+def test_read_predictions_all_formats(tmp_path):
+    preds = [
+        {"instance_id": "a", "model_patch": "p", "model_name_or_path": "m"},
+        {"instance_id": "b", "model_patch": None, "model_name_or_path": "m"},
+    ]
+    jl = tmp_path / "p.jsonl"
+    g.write_predictions(jl, {"a": "p", "b": ""}, "m")
+    as_list = tmp_path / "l.json"
+    as_list.write_text(json.dumps(preds))
+    as_dict = tmp_path / "d.json"
+    as_dict.write_text(json.dumps({p["instance_id"]: p for p in preds}))
+    assert g.read_predictions(jl)["a"].model_patch == "p"
+    assert g.read_predictions(jl)["b"].model_name_or_path == "m"
+    for path in (as_list, as_dict):
+        got = g.read_predictions(path)
+        assert set(got) == {"a", "b"} and got["b"].model_patch is None
+
+
+def test_read_predictions_errors_say_where(tmp_path):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"instance_id": "a", "model_patch": ""}\n{"model_patch": "x"}\n')
+    with pytest.raises(ValueError, match=r"p\.jsonl: line 2: \('instance_id',\)"):
+        g.read_predictions(bad)
+    bad.write_text('{"instance_id": "a"}\n{"instance_id": "a"}\n')
+    with pytest.raises(ValueError, match="line 2: duplicate instance_id 'a'"):
+        g.read_predictions(bad)
+    bad.write_text("{oops\n")
+    with pytest.raises(ValueError, match="line 1: invalid JSON"):
+        g.read_predictions(bad)
+
+
+def results() -> list[GradeResult]:
+    ok = {"success": ["t::a"], "failure": []}
+    return [
+        GradeResult(
+            instance_id="r1", status="resolved", fail_to_pass=ok, pass_to_pass=ok, log="L1"
+        ),
+        GradeResult(
+            instance_id="u1",
+            status="unresolved",
+            reason="1/1 FAIL_TO_PASS failed",
+            fail_to_pass={"success": [], "failure": ["t::a"]},
+            pass_to_pass=ok,
+        ),
+        GradeResult(instance_id="e1", status="error", reason="patch did not apply"),
+        GradeResult(instance_id="e2", status="error", reason="infra: APIError: boom"),
+        GradeResult(instance_id="e3", status="error", reason="tests timed out"),
+    ]
+
+
+def test_write_swebench_report_fields_and_buckets(tmp_path):
+    patches = {"r1": "p", "u1": "", "e1": "p", "e2": "p", "e3": "p"}
+    report = g.write_swebench_report(results(), tmp_path / "run.json", patches=patches)
+    assert json.loads((tmp_path / "run.json").read_text()) == report
+    assert report["schema_version"] == 2
+    assert report["resolved_ids"] == ["r1"] and report["unresolved_ids"] == ["u1"]
+    assert report["error_ids"] == ["e1", "e2", "e3"]
+    assert report["infra_failure_ids"] == ["e2"] and report["ambiguous_failure_ids"] == ["e3"]
+    assert report["empty_patch_ids"] == ["u1"]
+    assert report["failure_reasons"]["e1"] == "patch did not apply"
+    assert report["resolved_instances"] == 1 and report["submitted_instances"] == 5
+
+
+def test_report_fields_match_swebench_make_run_report(tmp_path, monkeypatch):
+    """Our per-instance report.json files feed swebench's own `make_run_report`, and both
+    summaries have the same keys and the same resolved/unresolved ids."""
+    from swebench.harness.constants import RUN_EVALUATION_LOG_DIR
+    from swebench.harness.reporting import make_run_report
+
+    monkeypatch.chdir(tmp_path)
+    graded = results()[:2]
+    inst_dir = RUN_EVALUATION_LOG_DIR / "run1" / "m"
+    ours = g.write_swebench_report(graded, tmp_path / "ours.json", instance_dir=inst_dir)
+    report = json.loads((inst_dir / "r1" / "report.json").read_text())
+    assert set(report["r1"]) >= {
+        "patch_is_None",
+        "patch_exists",
+        "patch_successfully_applied",
+        "resolved",
+        "tests_status",
+    }
+    assert (inst_dir / "r1" / "test_output.txt").read_text() == "L1"
+    preds = {
+        r.instance_id: {"instance_id": r.instance_id, "model_name_or_path": "m", "model_patch": "p"}
+        for r in graded
+    }
+    theirs_path = make_run_report(preds, [{"instance_id": r.instance_id} for r in graded], "run1")
+    theirs = json.loads(theirs_path.read_text())
+    assert set(ours) == set(theirs)
+    for key in ("resolved_ids", "unresolved_ids", "completed_ids", "error_ids", "submitted_ids"):
+        assert ours[key] == theirs[key], key
+
+
+# ---------------------------------------------------------------------------------------------
+# grade_many
+
+
+class ScriptedGrader:
+    """Returns scripted results; records the peak number of concurrent calls."""
+
+    def __init__(self, script: dict[str, list]):
+        self.script, self.active, self.peak, self.calls = script, 0, 0, []
+
+    async def grade(self, task: Task, model_patch: str) -> GradeResult:
+        self.calls.append((task.instance_id, model_patch))
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        await asyncio.sleep(0.01)
+        self.active -= 1
+        outcome = self.script[task.instance_id].pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        status, reason = outcome
+        return GradeResult(instance_id=task.instance_id, status=status, reason=reason)
+
+
+async def test_grade_many_order_concurrency_retry_and_fault_boundary():
+    tasks = [task(instance_id=f"t{i}") for i in range(6)]
+    script = {f"t{i}": [("resolved", "")] for i in range(6)}
+    script["t1"] = [("error", "infra: APIError: flake"), ("unresolved", "1/1")]
+    script["t2"] = [RuntimeError("grader bug"), RuntimeError("again")]
+    grader = ScriptedGrader(script)
+    out = await g.grade_many(tasks, {t.instance_id: "p" for t in tasks}, grader, concurrency=2)
+    assert [r.instance_id for r in out] == [t.instance_id for t in tasks]
+    assert out[1].status == GradeStatus.unresolved  # retried after an infra error
+    assert out[2].status == GradeStatus.error
+    assert out[2].reason == "infra: RuntimeError: again"
+    assert all(r.status == GradeStatus.resolved for r in out[3:])
+    assert grader.peak == 2
+
+
+async def test_grade_many_rejects_missing_patches():
+    with pytest.raises(ValueError, match="no patch for 1 task"):
+        await g.grade_many([task()], {}, ScriptedGrader({}))
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "reward"),
+    [
+        ("resolved", "", 1.0),
+        ("unresolved", "1/1 FAIL_TO_PASS failed", 0.0),
+        ("error", "patch did not apply", 0.0),
+        ("error", "tests timed out", 0.0),
+        ("error", "suite did not run (exit code 4, no test results in the log)", 0.0),
+        ("error", "infra: APIError: boom", None),
+    ],
+)
+def test_reward_of_never_scores_infra(status, reason, reward):
+    result = GradeResult(instance_id="x", status=status, reason=reason)
+    assert g.reward_of(result) == reward
+    assert g.is_infra(result) == (reward is None)
