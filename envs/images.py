@@ -111,13 +111,19 @@ def task_image_tag(task: Task, source_dir: Path, base_image: str) -> str:
     """Content-addressed tag: same base + same files -> same image."""
     h = hashlib.sha256(base_image.encode())
     for path in sorted(p for p in source_dir.rglob("*") if p.is_file()):
-        if "__pycache__" in path.parts:
+        if _is_junk(path.relative_to(source_dir)):
             continue
         h.update(str(path.relative_to(source_dir)).encode())
         h.update(path.read_bytes())
     h.update(task.workdir.encode())
     slug = task.repo.replace("/", "__").lower()
     return f"swefleet-task:{slug}-{h.hexdigest()[:12]}"
+
+
+def _is_junk(rel: Path) -> bool:
+    """Caches that tools leave in a source tree: never part of a task's content."""
+    return any(part == "__pycache__" or (part.startswith(".") and part.endswith("_cache"))
+               for part in rel.parts)
 
 
 def ensure_task_image(task: Task, source_dir: Path, base_image: str = DEFAULT_BASE_IMAGE) -> str:
@@ -152,7 +158,7 @@ WORKDIR {workdir}
         tar.addfile(info, io.BytesIO(data))
         tar.add(
             str(source_dir), arcname="repo",
-            filter=lambda ti: None if "__pycache__" in ti.name else ti,
+            filter=lambda ti: None if _is_junk(Path(ti.name)) else ti,
         )
     buf.seek(0)
     return buf

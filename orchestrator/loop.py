@@ -52,10 +52,13 @@ class RLLoop:
         run_dir: RunDir,
         update_weights: Callable[[int, Path], object],
         on_step: Callable[[dict], None] | None = None,
+        health: Callable[[], str | None] | None = None,
     ) -> None:
         self.cfg, self.ctx, self.tasks, self.run_dir = cfg, ctx, tasks, run_dir
         self.update_weights = update_weights
         self.on_step = on_step or (lambda record: None)
+        self.health = health or (lambda: None)
+        """Returns an error message when a process the loop depends on (the trainer) died."""
         self.state = LoopState()
         self.ready: asyncio.Queue[list[Trajectory]] = asyncio.Queue()
         max_groups = (cfg.async_level + 1) * cfg.groups_per_step
@@ -63,6 +66,8 @@ class RLLoop:
         self.episode_slots = asyncio.Semaphore(cfg.max_concurrent_episodes)
         self.version_changed = asyncio.Condition()
         self.rng = random.Random(cfg.seed)
+        self.started_at = time.monotonic()
+        self.last_weight_sync_s = 0.0
 
     # ---------------------------------------------------------------- producer
     async def _produce(self) -> None:
@@ -99,6 +104,9 @@ class RLLoop:
         while True:
             nxt = self.run_dir.weights_path(self.state.served_version + 1)
             if not nxt.exists():
+                problem = self.health()
+                if problem:
+                    raise RunAborted(problem)
                 await asyncio.sleep(0.2)
                 continue
             t0 = time.monotonic()
@@ -107,6 +115,11 @@ class RLLoop:
                 self.state.served_version += 1
                 self.version_changed.notify_all()
             self.last_weight_sync_s = time.monotonic() - t0
+            append_jsonl(self.run_dir.root / "weights.jsonl", {
+                "version": self.state.served_version,
+                "served_at_s": time.monotonic() - self.started_at,
+                "sync_s": self.last_weight_sync_s,
+            })
             log.info("serving policy v%d (sync %.2fs)", self.state.served_version,
                      self.last_weight_sync_s)
             self._drop_stale_in_flight()
@@ -150,35 +163,54 @@ class RLLoop:
         return step - min(traj.policy_versions) > self.cfg.max_off_policy_steps
 
     async def run(self) -> list[dict]:
-        background = [asyncio.create_task(self._produce()), asyncio.create_task(self._watch_weights())]
+        """Run all steps; a failed component (producer, weight watcher) fails the run loudly."""
+        components = [asyncio.create_task(self._produce(), name="producer"),
+                      asyncio.create_task(self._watch_weights(), name="weight-watcher")]
+        steps = asyncio.create_task(self._steps(), name="steps")
+        try:
+            done, _ = await asyncio.wait([steps, *components], return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t is not steps:
+                    t.result()  # re-raises the component's error
+                    raise RunAborted(f"component {t.get_name()} stopped unexpectedly")
+            return steps.result()
+        finally:
+            for t in [steps, *components]:
+                t.cancel()
+            await asyncio.gather(steps, *components, return_exceptions=True)
+            await self._cancel_in_flight()
+
+    async def _steps(self) -> list[dict]:
         records: list[dict] = []
         empty_in_a_row = 0
-        try:
-            last = time.monotonic()
-            for step in range(self.cfg.steps):
-                await self._wait_version(step - self.cfg.async_level, self.cfg.weights_timeout_s)
-                groups, wait_s = await self._collect(step)
-                trajs = [t for g in groups for t in g]
-                samples = batch_samples(groups, self.cfg.drop_zero_variance_groups)
-                empty_in_a_row = 0 if samples else empty_in_a_row + 1
+        last = time.monotonic()
+        step = 0
+        while step < self.cfg.steps:
+            await self._wait_version(step - self.cfg.async_level, self.cfg.weights_timeout_s)
+            groups, wait_s = await self._collect(step)
+            trajs = [t for g in groups for t in g]
+            samples = batch_samples(groups, self.cfg.drop_zero_variance_groups)
+            if not samples:  # nothing trainable: not handed to the trainer, the step is re-cut
+                empty_in_a_row += 1
+                self._count_drop("empty_batch")
                 if empty_in_a_row >= self.cfg.max_empty_batches:
                     raise RunAborted(
-                        f"{empty_in_a_row} batches in a row had no trainable sample: every episode "
-                        "was masked (infra errors, timeouts or stale). Check logs/ and episodes.jsonl."
+                        f"{empty_in_a_row} batches in a row had no trainable sample: every "
+                        "episode was masked (infra errors, timeouts, stale or zero-variance "
+                        "groups). Check logs/ and episodes.jsonl."
                     )
-                write_batch(self.run_dir.batch_path(step), pack_samples(samples) if samples else {},
-                            {"step": step, "n_samples": len(samples)})
-                now = time.monotonic()
-                record = self._step_record(step, trajs, len(samples), wait_s, now - last)
-                last = now
-                append_jsonl(self.run_dir.metrics, record)
-                records.append(record)
-                self.on_step(record)
-            await self._wait_version(self.cfg.steps, self.cfg.weights_timeout_s)
-        finally:
-            for t in background:
-                t.cancel()
-            await self._cancel_in_flight()
+                continue
+            empty_in_a_row = 0
+            write_batch(self.run_dir.batch_path(step), pack_samples(samples),
+                        {"step": step, "n_samples": len(samples)})
+            now = time.monotonic()
+            record = self._step_record(step, trajs, len(samples), wait_s, now - last)
+            last = now
+            append_jsonl(self.run_dir.metrics, record)
+            records.append(record)
+            self.on_step(record)
+            step += 1
+        await self._wait_version(self.cfg.steps, self.cfg.weights_timeout_s)
         return records
 
     def _step_record(self, step: int, trajs: list[Trajectory], n_samples: int, wait_s: float,
@@ -188,7 +220,8 @@ class RLLoop:
             "step": step,
             "time/step_s": step_time_s,
             "time/wait_for_data_s": wait_s,
-            "time/weight_sync_s": getattr(self, "last_weight_sync_s", 0.0),
+            "time/weight_sync_s": self.last_weight_sync_s,
+            "time/since_start_s": time.monotonic() - self.started_at,
             "infer/served_version": self.state.served_version,
             "batch/samples": n_samples,
             **{f"drops/{k}": v for k, v in self.state.drops.items()},

@@ -51,17 +51,19 @@ async def run_rollout(
 ) -> Trajectory:
     t0 = time.monotonic()
     traj = Trajectory(episode_id=handle.episode_id, task_id=task.instance_id, group_id=group_id)
+    ended: list[Trajectory] = []  # the agent hands over its trajectory even when cancelled
     try:
         async with ctx.farm.acquire(task) as sandbox:
             t_sandbox = time.monotonic() - t0
             traj = await run_episode(
                 task, sandbox, ctx.model, ctx.tokenizer, ctx.agent,
-                episode_id=handle.episode_id, group_id=group_id,
+                episode_id=handle.episode_id, group_id=group_id, on_end=ended.append,
             )
             traj.timings["sandbox"] = t_sandbox
         if traj.status in GRADED:
             await _grade(ctx, task, traj)
     except asyncio.CancelledError:
+        traj = ended[-1] if ended else traj
         traj.status = handle.drop_reason or EpisodeStatus.cancelled
         traj.reason = traj.reason or "cancelled by the scheduler"
         traj.reward = None

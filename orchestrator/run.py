@@ -96,7 +96,8 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             farm=farm, grader=DockerGrader(run_id), model=fleet,
             tokenizer=Tokenizer.from_dir(model_dir), agent=cfg.agent,
         )
-        loop = RLLoop(cfg.orchestrator, ctx, tasks, run_dir, fleet.update_weights, on_step=print_step)
+        loop = RLLoop(cfg.orchestrator, ctx, tasks, run_dir, fleet.update_weights,
+                      on_step=print_step, health=lambda: _trainer_problem(trainer, run_dir))
         _install_sigterm()
         records = await loop.run()
         summary = print_summary(run_dir, records, time.monotonic() - t0,
@@ -118,10 +119,10 @@ def start_trainer(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> subproces
         "max_steps": cfg.orchestrator.steps,
     }
     job_path = run_dir.root / "trainer_job.json"
-    write_json_atomic(job_path, {"job": job, "trainer": cfg.trainer.model_dump(mode="json")})
+    write_json_atomic(job_path, {**job, "trainer": cfg.trainer.model_dump(mode="json")})
     log_file = open(run_dir.logs / "trainer.log", "ab")  # noqa: SIM115 - owned by the process
     return subprocess.Popen(
-        [sys.executable, "-m", "trainer.main", "--job", str(job_path)],
+        [sys.executable, "-m", "trainer.main", "--config", str(job_path)],
         stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
@@ -135,6 +136,14 @@ def stop_trainer(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _trainer_problem(proc: subprocess.Popen, run_dir: RunDir) -> str | None:
+    code = proc.poll()
+    if code is None or code == 0:
+        return None
+    tail = (run_dir.logs / "trainer.log").read_text(errors="replace")[-2000:]
+    return f"trainer process exited with code {code}; last log lines:\n{tail}"
 
 
 def _install_sigterm() -> None:

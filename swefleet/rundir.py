@@ -6,6 +6,7 @@
   episodes.jsonl         one Trajectory per finished episode (appended as it finishes)
   metrics.jsonl          one record per step (namespaced keys)
   trainer_metrics.jsonl  one record per optimizer step, written by the trainer process
+  weights.jsonl          one record per policy version served: version, served_at_s, sync_s
   batches/step_NNNNNN.npz   hand-off to the trainer (atomic)
   weights/vNNNNNN/       HF checkpoints published by the trainer (atomic)
   model/                 the initial checkpoint when the project creates it
