@@ -65,3 +65,29 @@ def flip_rate(outcomes: dict[str, list[bool]]) -> float:
     if not multi:
         return 0.0
     return sum(1 for o in multi if 0 < sum(o) < len(o)) / len(multi)
+
+
+def bootstrap_task_delta_ci(
+    a: dict[str, float], b: dict[str, float], *, n_boot: int = 2000, level: float = 0.95,
+    seed: int = 0,
+) -> tuple[tuple[float, float], bool]:
+    """Percentile bootstrap CI of mean(b) - mean(a) over per-task values (e.g. success fraction).
+
+    Paired (the same resampled tasks on both sides) when both cover the same tasks, which removes
+    the task-difficulty spread from the difference; otherwise each side is resampled on its own.
+    Returns ((lo, hi), paired).
+    """
+    if not a or not b:
+        raise ValueError("bootstrap needs at least one task on each side")
+    rng = random.Random(seed)
+    paired = a.keys() == b.keys()
+    if paired:
+        diffs = [b[t] - a[t] for t in sorted(a)]
+        stats = sorted(sum(rng.choices(diffs, k=len(diffs))) / len(diffs) for _ in range(n_boot))
+    else:
+        va, vb = list(a.values()), list(b.values())
+        stats = sorted(sum(rng.choices(vb, k=len(vb))) / len(vb)
+                       - sum(rng.choices(va, k=len(va))) / len(va) for _ in range(n_boot))
+    lo_i = int((1 - level) / 2 * (n_boot - 1))
+    hi_i = int((1 + level) / 2 * (n_boot - 1))
+    return (stats[lo_i], stats[hi_i]), paired

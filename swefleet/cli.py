@@ -24,6 +24,20 @@ def _eval(args: argparse.Namespace) -> int:
     return run_eval_cli(args)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from evals.bench import run_bench_cli
+
+    return run_bench_cli(args)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from evals import report_cli
+
+    handler = {"bench": report_cli.report_bench_cli, "eval": report_cli.report_eval_cli,
+               "compare": report_cli.report_compare_cli}[args.report_cmd]
+    return handler(args)
+
+
 def _images(args: argparse.Namespace) -> int:
     from envs import images
 
@@ -67,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--output-dir", required=True, help="writes report.json here")
     ev.set_defaults(func=_eval)
 
+    _add_bench_parsers(sub)
+
     im = sub.add_parser("images", help="sandbox images without a registry")
     im_sub = im.add_subparsers(dest="images_cmd", required=True)
     b = im_sub.add_parser("build-base", help="bootstrap the base image from Debian packages")
@@ -81,6 +97,35 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--run-id", default=None, help="only this run (default: all swefleet runs)")
     cl.set_defaults(func=_clean)
     return p
+
+
+def _add_bench_parsers(sub) -> None:
+    be = sub.add_parser("bench", help="step-time benchmark: run a config R times for N steps")
+    be.add_argument("--config", required=True, help="TOML config (see configs/)")
+    be.add_argument("--steps", type=int, default=10, help="steps per run (>= 2; step 0 is warm-up)")
+    be.add_argument("--runs", type=int, default=3, help="independent runs")
+    be.add_argument("--output-dir", required=True, help="run-<i>/ dirs, bench.json, bench.md, PNGs")
+    be.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override passed to every run")
+    be.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    be.set_defaults(func=_bench)
+
+    rp = sub.add_parser("report", help="recompute reports from raw records; compare two reports")
+    rp_sub = rp.add_subparsers(dest="report_cmd", required=True)
+    rb = rp_sub.add_parser("bench", help="bench.json/.md/PNGs from DIR/run-<i>/ (runs nothing)")
+    rb.add_argument("dir", help="bench output dir (or a single run dir)")
+    rb.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    re_ = rp_sub.add_parser("eval", help="report.json/.md/PNG from DIR/episodes.jsonl")
+    re_.add_argument("dir", help="eval output dir")
+    re_.add_argument("-k", type=int, default=0, help="pass@k up to k (default: most attempts)")
+    re_.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
+    rc = rp_sub.add_parser("compare", help="deltas A -> B and whether each is beyond noise")
+    rc.add_argument("a", help="bench.json or report.json (baseline)")
+    rc.add_argument("b", help="bench.json or report.json (candidate), same schema as A")
+    rc.add_argument("--json", default="", help="also write the comparison here")
+    rc.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
+    rc.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    rp.set_defaults(func=_report)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,116 @@
+"""Markdown rendering of a `swefleet.bench/1` report (numbers come from the report only)."""
+
+from __future__ import annotations
+
+PLOTS = {
+    "step_time.png": "step time over steps",
+    "step_time_hist.png": "steady-state step-time distribution",
+    "phases.png": "phase breakdown",
+    "success_by_task.png": "success by task",
+}
+MAX_LISTED_STEPS = 20
+"""The runs table lists at most this many step times per run; bench.json has all of them."""
+
+
+def _s(x: float | None, unit: str = "s") -> str:
+    return "–" if x is None else f"{x:.3f}{unit}"
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1%}"
+
+
+def bench_markdown(r: dict, plots: list[str] | None = None) -> str:
+    b = r["batch_size"]
+    lines = [
+        "# swefleet bench",
+        "",
+        f"**Step** — {r['definitions']['step']}",
+        "",
+        (f"**Batch size** — {b['rollouts_per_step']} rollouts per optimizer step, global "
+         f"({b['groups_per_step']} groups × {b['rollouts_per_task']} rollouts per task)."),
+        "",
+        (f"**Warm-up** — {r['warmup_steps']} leading step(s) excluded from each of "
+         f"{r['n_runs']} run(s) ({r['definitions']['warmup']}); {r['steady_state_steps']} "
+         f"steady-state steps of {r['steps_per_run']} per run."),
+        "",
+        "| step time (steady state) | value |",
+        "|---|---|",
+        f"| median | {_s(r['step_time_median_s'])} |",
+        f"| p90 | {_s(r['step_time_p90_s'])} |",
+        f"| mean | {_s(r['step_time_mean_s'])} |",
+        f"| standard deviation | {_s(r['step_time_std_s'])} |",
+        f"| coefficient of variation | {_pct(r['step_time_cv'])} |",
+        f"| min / max | {_s(r['step_time_min_s'])} / {_s(r['step_time_max_s'])} |",
+        *_best_lines(r),
+        *_throughput_lines(r),
+        "",
+        *_phase_lines(r),
+        "",
+        *_run_lines(r),
+        *_excluded_lines(r),
+        *_config_lines(r),
+    ]
+    if plots:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{PLOTS.get(p, p)}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _best_lines(r: dict) -> list[str]:
+    if r["best_run"] is None:
+        return []
+    cv = r["run_to_run_cv"]
+    best, mid = r["best_run"], r["median_run"]
+    return [
+        f"| best run ({best['name']}) median | {_s(best['step_time_median_s'])} |",
+        f"| median run ({mid['name']}) median | {_s(mid['step_time_median_s'])} |",
+        f"| best vs median run | {_pct(r['best_vs_median'])} |",
+        f"| run-to-run CV of medians | {_pct(cv)} |",
+    ]
+
+
+def _throughput_lines(r: dict) -> list[str]:
+    t = r["throughput"]
+    rps = "–" if t["rollouts_per_s"] is None else f"{t['rollouts_per_s']:.3f}"
+    tok = t["trainer_tokens_per_s_median"]
+    return [f"| rollouts/s (steady) | {rps} |",
+            f"| trainer tokens/s (median) | {'–' if tok is None else f'{tok:.0f}'} |"]
+
+
+def _phase_lines(r: dict) -> list[str]:
+    title = ("## Phases (steady state; they overlap in the async pipeline, so they need not sum "
+             "to the step time)")
+    lines = [title, "", "| phase | median | mean | of step median |", "|---|---|---|---|"]
+    for name, p in r["phases"].items():
+        lines.append(f"| {name.removesuffix('_s')} | {_s(p['median_s'])} | {_s(p['mean_s'])} | "
+                     f"{_pct(p['fraction_of_step_median'])} |")
+    return lines
+
+
+def _run_lines(r: dict) -> list[str]:
+    lines = ["## Runs", "",
+             "| run | warm-up detected | steady median | p90 | CV | wall | step times |",
+             "|---|---|---|---|---|---|---|"]
+    for run in r["runs"]:
+        s = run["steady"]
+        times = " ".join(f"{row['time_s']:.2f}" for row in run["steps"][:MAX_LISTED_STEPS])
+        if len(run["steps"]) > MAX_LISTED_STEPS:
+            times += " … (bench.json)"
+        lines.append(f"| {run['name']} | {run['warmup_steps_detected']} | {_s(s['median_s'])} | "
+                     f"{_s(s['p90_s'])} | {_pct(s['cv'])} | {_s(run['wall_s'])} | {times} |")
+    return lines
+
+
+def _excluded_lines(r: dict) -> list[str]:
+    if not r["excluded_runs"]:
+        return []
+    excluded = "; ".join(f"{e['name']} ({e['reason']})" for e in r["excluded_runs"])
+    return ["", f"Excluded: {excluded}"]
+
+
+def _config_lines(r: dict) -> list[str]:
+    if not r["config_differs_between_runs"]:
+        return []
+    return ["", "**Warning**: the runs' configs differ in "
+            + ", ".join(r["config_differs_between_runs"])]

@@ -1,0 +1,51 @@
+"""`swefleet report ...`: recompute reports from raw records (nothing is run) and compare them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+from swefleet.rundir import read_jsonl, write_json_atomic
+
+
+def report_bench_cli(args: argparse.Namespace) -> int:
+    from evals.bench import write_bench_outputs
+
+    root = Path(args.dir)
+    write_bench_outputs(root, plots=not args.no_plots)
+    print((root / "bench.md").read_text())
+    return 0
+
+
+def report_eval_cli(args: argparse.Namespace) -> int:
+    """Recompute `report.json`/`report.md` (and the success-by-task plot) from episodes.jsonl."""
+    from evals.report import build_report, report_markdown
+
+    root = Path(args.dir)
+    records = read_jsonl(root / "episodes.jsonl")
+    if not records:
+        raise SystemExit(f"{root}/episodes.jsonl: no episodes")
+    k = args.k or max(Counter(r["task_id"] for r in records).values())
+    report = build_report(records, k)
+    write_json_atomic(root / "report.json", report)
+    md = report_markdown(report)
+    if not args.no_plots:
+        from evals.plots import write_eval_plots
+
+        md += "".join(f"\n![{name}]({name})\n" for name in write_eval_plots(report, root))
+    (root / "report.md").write_text(md)
+    print(md)
+    return 0
+
+
+def report_compare_cli(args: argparse.Namespace) -> int:
+    from evals.compare import compare_markdown, compare_reports
+
+    a, b = (json.loads(Path(p).read_text()) for p in (args.a, args.b))
+    result = compare_reports(a, b, n_boot=args.n_boot, seed=args.seed)
+    if args.json:
+        write_json_atomic(Path(args.json), result)
+    print(compare_markdown(result, args.a, args.b))
+    return 0

@@ -1,0 +1,111 @@
+"""`swefleet report compare`: deltas recomputed from raw samples, and the noise verdicts."""
+
+import argparse
+import json
+
+import pytest
+
+from evals.bench_data import find_run_dirs, load_run
+from evals.bench_report import build_bench_report
+from evals.compare import compare_markdown, compare_reports, steady_samples
+from evals.report import build_report
+from evals.report_cli import report_compare_cli
+from evals.stats import bootstrap_task_delta_ci
+from tests.unit.evals_bench_fixture import write_bench
+
+pytestmark = pytest.mark.unit
+
+
+def _bench(root, **kw) -> dict:
+    return build_bench_report([load_run(p) for p in find_run_dirs(write_bench(root, **kw))])
+
+
+def _rows(result: dict) -> dict:
+    return {r["metric"]: r for r in result["rows"]}
+
+
+def _eval(outcomes: dict[str, list[bool | None]]) -> dict:
+    records = [{"task_id": t, "attempt": i, "resolved": o, "tokens": 10, "wall_s": 1.0}
+               for t, outs in outcomes.items() for i, o in enumerate(outs)]
+    return build_report(records, k=max(len(o) for o in outcomes.values()))
+
+
+def test_bench_doubling_is_beyond_noise_and_config_change_listed(tmp_path):
+    a = _bench(tmp_path / "a")
+    b = _bench(tmp_path / "b", scale=2.0, groups_per_step=4)
+    result = compare_reports(a, b, n_boot=400)
+    rows = _rows(result)
+    med = rows["step_time_median_s"]
+    assert (med["a"], med["b"], med["delta"]) == (2.5, 5.0, 2.5)  # hand: medians 2.5 and 5
+    assert med["rel_delta"] == pytest.approx(1.0)
+    assert med["beyond_noise"] is True and med["ci95"][0] > 0
+    assert rows["step_time_cv"]["delta"] == pytest.approx(0.0, abs=1e-12)  # CV is scale-free
+    assert rows["step_time_cv"]["beyond_noise"] is False
+    # wait_for_data = time - 1: steady medians 1.5 -> 4.0
+    assert rows["phase_wait_for_data_median_s"]["delta"] == pytest.approx(2.5)
+    assert rows["phase_train_median_s"]["delta"] == 0.0
+    assert rows["phase_train_median_s"]["beyond_noise"] is False
+    assert rows["warmup_steps"]["ci95"] is None and rows["warmup_steps"]["beyond_noise"] is None
+    assert result["config_changes"] == {"orchestrator.groups_per_step": [2, 4]}
+
+
+def test_bench_same_runs_are_within_noise(tmp_path):
+    a = _bench(tmp_path / "a")
+    rows = _rows(compare_reports(a, a, n_boot=400))
+    for metric in ("step_time_median_s", "step_time_p90_s", "step_time_mean_s", "step_time_cv"):
+        assert rows[metric]["delta"] == 0.0
+        assert rows[metric]["beyond_noise"] is False, metric
+
+
+def test_bench_values_come_from_steady_rows_not_headline(tmp_path):
+    a = _bench(tmp_path / "a")
+    tampered = json.loads(json.dumps(a))
+    tampered["step_time_median_s"] = 99.0  # a headline edited by hand is ignored
+    assert _rows(compare_reports(tampered, a, n_boot=100))["step_time_median_s"]["a"] == 2.5
+    assert steady_samples(a, "time_s")[0] == [2, 2.25, 1.75, 2]
+
+
+def test_eval_paired_success_rate_delta():
+    a = _eval({f"t{i}": [False, False] for i in range(20)})
+    b = _eval({f"t{i}": [True, i % 2 == 0] for i in range(20)})
+    rows = _rows(compare_reports(a, b, n_boot=500))
+    sr = rows["success_rate"]
+    assert (sr["a"], sr["b"]) == (0.0, pytest.approx(0.75))  # b: 10 tasks 1.0, 10 tasks 0.5
+    assert sr["beyond_noise"] is True and "paired" in sr["note"]
+    assert rows["pass@2"]["b"] == pytest.approx(1.0) and rows["pass^2"]["b"] == pytest.approx(0.5)
+    assert rows["flip_rate"]["delta"] == pytest.approx(0.5) and rows["flip_rate"]["ci95"] is None
+
+
+def test_eval_small_difference_is_within_noise_and_unpaired_when_tasks_differ():
+    a = _eval({"a": [True], "b": [False], "c": [True], "d": [False]})
+    b = _eval({"a": [True], "b": [True], "c": [True], "d": [False]})
+    sr = _rows(compare_reports(a, b, n_boot=500))["success_rate"]
+    assert sr["delta"] == pytest.approx(0.25) and sr["beyond_noise"] is False
+    c = _eval({"x": [True], "y": [False]})
+    assert "unpaired" in _rows(compare_reports(a, c, n_boot=100))["success_rate"]["note"]
+
+
+def test_paired_task_bootstrap_hand_case():
+    # every task improves by exactly 0.5: all resamples give 0.5
+    (lo, hi), paired = bootstrap_task_delta_ci({"a": 0.0, "b": 0.5}, {"a": 0.5, "b": 1.0})
+    assert paired and lo == hi == pytest.approx(0.5)
+
+
+def test_mixed_schemas_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="cannot compare"):
+        compare_reports(_bench(tmp_path / "a"), _eval({"a": [True]}))
+
+
+def test_compare_markdown_and_cli(tmp_path, capsys):
+    a, b = _bench(tmp_path / "a"), _bench(tmp_path / "b", scale=2.0)
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    out = tmp_path / "cmp.json"
+    args = argparse.Namespace(a=str(pa), b=str(pb), json=str(out), n_boot=200, seed=0)
+    assert report_compare_cli(args) == 0
+    text = capsys.readouterr().out
+    assert "| step_time_median_s | 2.5 | 5 | 2.5 | +100.0% |" in text
+    assert "**beyond noise**" in text and "not tested" in text
+    assert json.loads(out.read_text())["schema"] == "swefleet.compare/1"
+    assert "config changes" not in compare_markdown(compare_reports(a, a, n_boot=50))
