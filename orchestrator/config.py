@@ -46,3 +46,16 @@ class OrchestratorConfig(BaseModel):
                 f"({self.async_level}); otherwise every rollout generated ahead would be dropped"
             )
         return self
+
+
+class ToyConfig(BaseModel):
+    """The token-target environment (`environment = "token_target"`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_tasks: int = Field(4, ge=1)
+    """Distinct prompts (they differ by a task number in the text)."""
+    answer_tokens: int = Field(4, ge=1)
+    """Tokens generated per episode; the reward is the fraction of them in the target set."""
+    target_fraction: float = Field(0.125, gt=0, lt=1)
+    """Share of the (non-special) vocabulary in the target set: the chance-level reward."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from orchestrator.advantages import batch_samples
 from orchestrator.config import OrchestratorConfig
 from orchestrator.metrics import cost_metrics, rollout_metrics
-from orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
+from orchestrator.rollout import RolloutFn, RolloutHandle
 from swefleet.batch import pack_samples, write_batch
 from swefleet.rundir import RunDir, append_jsonl
 from swefleet.types import EpisodeStatus, Task, Trajectory
@@ -47,14 +47,14 @@ class RLLoop:
     def __init__(
         self,
         cfg: OrchestratorConfig,
-        ctx: RolloutContext,
+        rollout: RolloutFn,
         tasks: list[Task],
         run_dir: RunDir,
         update_weights: Callable[[int, Path], object],
         on_step: Callable[[dict], None] | None = None,
         health: Callable[[], str | None] | None = None,
     ) -> None:
-        self.cfg, self.ctx, self.tasks, self.run_dir = cfg, ctx, tasks, run_dir
+        self.cfg, self.rollout, self.tasks, self.run_dir = cfg, rollout, tasks, run_dir
         self.update_weights = update_weights
         self.on_step = on_step or (lambda record: None)
         self.health = health or (lambda: None)
@@ -67,16 +67,25 @@ class RLLoop:
         self.version_changed = asyncio.Condition()
         self.rng = random.Random(cfg.seed)
         self.started_at = time.monotonic()
+        self.groups: set[asyncio.Task] = set()
         self.last_weight_sync_s = 0.0
 
     # ---------------------------------------------------------------- producer
     async def _produce(self) -> None:
         order: list[Task] = []
+        started = 0
         while True:
             await self.group_slots.acquire()
+            # a group feeds batch ~started // groups_per_step: never run more than async_level
+            # versions ahead of the policy that will train on it
+            feeds_step = started // self.cfg.groups_per_step
+            await self._wait_version(feeds_step - self.cfg.async_level, timeout_s=None)
+            started += 1
             if not order:
                 order = self.rng.sample(self.tasks, len(self.tasks))
-            asyncio.create_task(self._run_group(order.pop()))
+            group = asyncio.create_task(self._run_group(order.pop()))
+            self.groups.add(group)
+            group.add_done_callback(self.groups.discard)
 
     async def _run_group(self, task: Task) -> None:
         group_id = f"{task.instance_id}-{uuid.uuid4().hex[:8]}"
@@ -91,7 +100,7 @@ class RLLoop:
             self.state.in_flight[handle.episode_id] = handle
             self.state.tasks[handle.episode_id] = asyncio.current_task()
             try:
-                return await run_rollout(self.ctx, task, handle, group_id, self._record)
+                return await self.rollout(task, handle, group_id, self._record)
             finally:
                 self.state.in_flight.pop(handle.episode_id, None)
                 self.state.tasks.pop(handle.episode_id, None)
@@ -132,7 +141,7 @@ class RLLoop:
                 self._count_drop("stale_in_flight")
                 self.state.tasks[eid].cancel()
 
-    async def _wait_version(self, version: int, timeout_s: float) -> None:
+    async def _wait_version(self, version: int, timeout_s: float | None) -> None:
         async with self.version_changed:
             await asyncio.wait_for(
                 self.version_changed.wait_for(lambda: self.state.served_version >= version),
@@ -231,7 +240,7 @@ class RLLoop:
         return record
 
     async def _cancel_in_flight(self) -> None:
-        pending = list(self.state.tasks.values())
+        pending = list(self.groups) + list(self.state.tasks.values())
         for t in pending:
             t.cancel()
         if pending:

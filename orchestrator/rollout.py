@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from agents.config import AgentConfig
@@ -24,15 +24,6 @@ GRADED = frozenset(
 
 
 @dataclass
-class RolloutContext:
-    farm: Farm
-    grader: Grader
-    model: ModelClient
-    tokenizer: object
-    agent: AgentConfig
-
-
-@dataclass
 class RolloutHandle:
     """What the scheduler knows about an episode in flight."""
 
@@ -42,12 +33,28 @@ class RolloutHandle:
     """Set before cancelling the episode to say why (dropped_stale, cancelled)."""
 
 
+Sink = Callable[[Trajectory], None]
+#: The environment seam of the RL loop: run one episode of a task, hand the trajectory to the
+#: sink (always), return it. `swe_rollout(ctx)` is the SWE environment; `orchestrator.toy` has a
+#: verifiable one for learning-sanity checks.
+RolloutFn = Callable[[Task, RolloutHandle, str, Sink], Awaitable[Trajectory]]
+
+
+@dataclass
+class RolloutContext:
+    farm: Farm
+    grader: Grader
+    model: ModelClient
+    tokenizer: object
+    agent: AgentConfig
+
+
 async def run_rollout(
     ctx: RolloutContext,
     task: Task,
     handle: RolloutHandle,
     group_id: str,
-    sink: Callable[[Trajectory], None],
+    sink: Sink,
 ) -> Trajectory:
     t0 = time.monotonic()
     traj = Trajectory(episode_id=handle.episode_id, task_id=task.instance_id, group_id=group_id)
@@ -97,3 +104,12 @@ async def _grade(ctx: RolloutContext, task: Task, traj: Trajectory) -> None:
         traj.status = EpisodeStatus.resolved
     elif traj.status == EpisodeStatus.unresolved and result.reason:
         traj.reason = result.reason
+
+
+def swe_rollout(ctx: RolloutContext) -> RolloutFn:
+    """The SWE environment: sandbox from the farm, agent episode, independent grading."""
+
+    async def rollout(task: Task, handle: RolloutHandle, group_id: str, sink: Sink) -> Trajectory:
+        return await run_rollout(ctx, task, handle, group_id, sink)
+
+    return rollout

@@ -30,7 +30,7 @@ def run_rl(cfg: RunConfig) -> int:
     write_json_atomic(run_dir.root / "config.json", cfg.model_dump(mode="json"))
     run_id = f"{cfg.name}-{uuid.uuid4().hex[:8]}"
     log.info("run %s -> %s", run_id, run_dir.root)
-    from envs.farm import remove_run_containers
+    from envs.reaper import remove_run_containers
 
     try:
         return asyncio.run(_run(cfg, run_dir, run_id))
@@ -68,47 +68,66 @@ def prepare_tasks(cfg: RunConfig):
 
 
 async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
+    from contextlib import AsyncExitStack
+
     from agents.tokenizer import Tokenizer
-    from envs.farm import DockerFarm, reap_dead_runs
-    from envs.grading import DockerGrader
     from inference.fleet import FleetClient
     from inference.launch import start_embedded_server
     from orchestrator.loop import RLLoop
-    from orchestrator.rollout import RolloutContext
     from orchestrator.summary import print_step, print_summary
 
     t0 = time.monotonic()
-    reaped = await asyncio.to_thread(reap_dead_runs)
-    if reaped:
-        log.info("reaper removed %d containers of dead runs", reaped)
-    tasks = await asyncio.to_thread(prepare_tasks, cfg)
-    model_dir = await asyncio.to_thread(prepare_model, cfg, run_dir)
-    log.info("%d tasks, model %s (setup %.1fs)", len(tasks), model_dir, time.monotonic() - t0)
-    server = await asyncio.to_thread(
-        start_embedded_server, model_dir, device=cfg.inference.device,
-        log_path=run_dir.logs / "server.log",
-    )
-    trainer = start_trainer(cfg, run_dir, model_dir)
-    farm = DockerFarm(run_id, cfg.envs)
-    fleet = FleetClient([server.url], cfg.inference)
-    try:
-        ctx = RolloutContext(
-            farm=farm, grader=DockerGrader(run_id), model=fleet,
-            tokenizer=Tokenizer.from_dir(model_dir), agent=cfg.agent,
+    async with AsyncExitStack() as stack:
+        tasks = await asyncio.to_thread(_tasks_for, cfg)
+        model_dir = await asyncio.to_thread(prepare_model, cfg, run_dir)
+        log.info("%d tasks, model %s (setup %.1fs)", len(tasks), model_dir, time.monotonic() - t0)
+        server = await asyncio.to_thread(
+            start_embedded_server, model_dir, device=cfg.inference.device,
+            log_path=run_dir.logs / "server.log", max_batch_size=cfg.inference.max_batch_size,
         )
-        loop = RLLoop(cfg.orchestrator, ctx, tasks, run_dir, fleet.update_weights,
+        stack.push_async_callback(asyncio.to_thread, server.stop)
+        trainer = start_trainer(cfg, run_dir, model_dir)
+        stack.callback(stop_trainer, trainer)
+        fleet = FleetClient([server.url], cfg.inference)
+        stack.push_async_callback(fleet.aclose)
+        tokenizer = Tokenizer.from_dir(model_dir)
+        rollout = await _environment(cfg, run_id, fleet, tokenizer, stack)
+        loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, fleet.update_weights,
                       on_step=print_step, health=lambda: _trainer_problem(trainer, run_dir))
         _install_sigterm()
         records = await loop.run()
         summary = print_summary(run_dir, records, time.monotonic() - t0,
                                 served_version=loop.state.served_version)
         write_json_atomic(run_dir.root / "summary.json", summary)
-        return 0
-    finally:
-        await farm.close()
-        await fleet.aclose()
-        stop_trainer(trainer)
-        await asyncio.to_thread(server.stop)
+    return 0
+
+
+def _tasks_for(cfg: RunConfig):
+    if cfg.environment == "token_target":
+        from orchestrator.toy import toy_tasks
+
+        return toy_tasks(cfg.toy)
+    return prepare_tasks(cfg)
+
+
+async def _environment(cfg: RunConfig, run_id: str, fleet, tokenizer, stack):
+    """The rollout function of the configured environment, its resources on `stack`."""
+    if cfg.environment == "token_target":
+        from orchestrator.toy import token_target_rollout
+
+        return token_target_rollout(fleet, tokenizer, cfg.toy)
+    from envs.farm import DockerFarm
+    from envs.grading import DockerGrader
+    from orchestrator.rollout import RolloutContext, swe_rollout
+
+    farm = DockerFarm(run_id, cfg.envs)
+    stack.push_async_callback(farm.close)
+    await farm.start()  # reaps containers of dead runs first
+    grader = DockerGrader(run_id)
+    stack.callback(grader.close)
+    ctx = RolloutContext(farm=farm, grader=grader, model=fleet, tokenizer=tokenizer,
+                         agent=cfg.agent)
+    return swe_rollout(ctx)
 
 
 def start_trainer(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> subprocess.Popen:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.config import AgentConfig
 from envs.config import FarmConfig
 from inference.config import InferenceConfig
-from orchestrator.config import OrchestratorConfig
+from orchestrator.config import OrchestratorConfig, ToyConfig
 from trainer.config import TrainerConfig
 
 
@@ -57,6 +58,11 @@ class RunConfig(BaseModel):
     """Run name, used in the output directory name and container labels."""
     output_dir: str = ""
     """Where outputs go. Empty: `runs/<name>-<timestamp>`."""
+    environment: Literal["swe", "token_target"] = "swe"
+    """`swe`: SWE tasks in Docker sandboxes, graded by their tests. `token_target`: the small
+    verifiable environment of `orchestrator.toy` (no Docker) for learning-sanity checks."""
+    toy: ToyConfig = Field(default_factory=ToyConfig)
+    """Settings of the `token_target` environment."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     envs: FarmConfig = Field(default_factory=FarmConfig)
