@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def run_eval_cli(args: argparse.Namespace) -> int:
-    from envs.farm import remove_run_containers
+    from envs.reaper import remove_run_containers
     from orchestrator.run import prepare_tasks
     from swefleet.config import RunConfig, load_config
 
@@ -134,7 +134,7 @@ async def _policy(cfg, args, run_id: str):
     from agents.tokenizer import Tokenizer
     from envs.farm import DockerFarm
     from inference.fleet import FleetClient
-    from inference.launch import start_embedded_server
+    from inference.launch import start_configured_server
 
     if not args.model:
         raise SystemExit("--agent model needs --model DIR (tokenizer, and served unless --server)")
@@ -142,8 +142,8 @@ async def _policy(cfg, args, run_id: str):
     url = args.server
     if not url:
         server = await asyncio.to_thread(
-            start_embedded_server, Path(args.model), device=cfg.inference.device,
-            log_path=Path(args.output_dir) / "server.log")
+            start_configured_server, Path(args.model), cfg.inference,
+            Path(args.output_dir) / "server.log")
         url = server.url
     fleet = FleetClient([url], cfg.inference)
     return _AgentPolicy(cfg, fleet, DockerFarm(run_id, cfg.envs), Tokenizer.from_dir(args.model), server)

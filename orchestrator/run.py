@@ -72,7 +72,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
 
     from agents.tokenizer import Tokenizer
     from inference.fleet import FleetClient
-    from inference.launch import start_embedded_server
+    from inference.launch import start_configured_server
     from orchestrator.loop import RLLoop
     from orchestrator.summary import print_step, print_summary
 
@@ -82,9 +82,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         model_dir = await asyncio.to_thread(prepare_model, cfg, run_dir)
         log.info("%d tasks, model %s (setup %.1fs)", len(tasks), model_dir, time.monotonic() - t0)
         server = await asyncio.to_thread(
-            start_embedded_server, model_dir, device=cfg.inference.device,
-            log_path=run_dir.logs / "server.log", max_batch_size=cfg.inference.max_batch_size,
-        )
+            start_configured_server, model_dir, cfg.inference, run_dir.logs / "server.log")
         stack.push_async_callback(asyncio.to_thread, server.stop)
         trainer = start_trainer(cfg, run_dir, model_dir)
         stack.callback(stop_trainer, trainer)

@@ -1,0 +1,391 @@
+"""The embedded engine: one generation thread doing continuous batching over a transformers model.
+
+Requests wait in a FIFO queue. Each round the thread (1) applies cancellations and weight
+updates, (2) admits waiting sequences up to `max_batch_size`, prefilling each alone with its own
+KV cache and sampling its first token, (3) runs one batched decode step over every running
+sequence (left-padded KV batch, see `kvbatch.py`). Finished sequences leave the batch at once and
+new ones join at the next round, so a long request never holds a short one back.
+
+All methods except the thread's own are thread-safe; results are delivered by calling each
+request's `on_done` from the generation thread (the server turns that into an asyncio future).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from inference.engine.kvbatch import KVBatch
+from inference.engine.sampling import RowParams, make_generator, sample
+from inference.engine.weights import StagedWeights, apply_weights
+
+log = logging.getLogger(__name__)
+
+
+class EngineDead(RuntimeError):
+    """The generation thread stopped (shut down or crashed); no request can be served."""
+
+
+class QueueFull(RuntimeError):
+    """More requests are waiting than `max_queue` allows."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+    top_logprobs: int = 0
+    """How many top alternatives (id, logprob) to return per token; 0: none."""
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]]
+    finish_reason: str
+    """`stop` (EOS or a stop id), `length` (max_tokens or max_model_len), `abort`."""
+    stop_reason: int | None
+    abort_reason: str | None
+    """`cancelled`, `weight_update` or `shutdown` when finish_reason is `abort`."""
+    policy_version: int
+    """Weights version that generated the first token (the oldest one in this result)."""
+    policy_version_final: int
+    prompt_len: int
+
+
+@dataclass
+class UpdateResult:
+    policy_version: int
+    aborted: int
+    apply_s: float
+
+
+@dataclass(eq=False)
+class _Seq:
+    id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    on_done: Callable[[Any], None]
+    generator: torch.Generator
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
+    version_start: int | None = None
+
+
+@dataclass
+class _Update:
+    staged: StagedWeights
+    version: int
+    abort: bool
+    on_done: Callable[[Any], None]
+
+
+@dataclass
+class EngineCounters:
+    requests: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    decode_steps: int = 0
+    decode_rows: int = 0
+    weight_updates: int = 0
+    finished: Counter = field(default_factory=Counter)
+
+
+class Engine:
+    """Continuous-batching generation over a causal LM on one device."""
+
+    def __init__(
+        self,
+        model: Any,
+        eos_ids: frozenset[int],
+        *,
+        max_model_len: int,
+        max_batch_size: int = 16,
+        max_queue: int = 0,
+        policy_version: int = 0,
+    ) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.eos_ids = eos_ids
+        self.max_model_len = max_model_len
+        self.max_batch_size = max_batch_size
+        self.max_queue = max_queue
+        self.policy_version = policy_version
+        self.counters = EngineCounters()
+        self.error: BaseException | None = None
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cv = threading.Condition()
+        self._waiting: deque[_Seq] = deque()
+        self._seqs: dict[str, _Seq] = {}
+        self._cancels: set[str] = set()
+        self._updates: list[_Update] = []
+        self._running: list[_Seq] = []
+        self._batch = KVBatch()
+        self._stopping = False
+        self._ids = itertools.count()
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+
+    # ---- API (any thread) ----
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop the thread; running and waiting requests end with abort (`shutdown`)."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stopping
+
+    def load(self) -> tuple[int, int]:
+        """(running, waiting) right now."""
+        return len(self._running), len(self._waiting)
+
+    def submit(
+        self, prompt_ids: list[int], params: SamplingParams, on_done: Callable[[Any], None]
+    ) -> str:
+        """Queue a request; `on_done` later gets a `GenerationResult` or an exception."""
+        self._validate(prompt_ids, params)
+        seq = _Seq(
+            f"seq-{next(self._ids)}",
+            list(prompt_ids),
+            params,
+            on_done,
+            make_generator(params.seed, self.device),
+        )
+        with self._cv:
+            if not self.alive:
+                raise EngineDead(f"engine is not running: {self.error!r}")
+            if self.max_queue and len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"{len(self._waiting)} requests waiting")
+            self._waiting.append(seq)
+            self._seqs[seq.id] = seq
+            self.counters.requests += 1
+            self.counters.prompt_tokens += len(prompt_ids)
+            self._cv.notify()
+        return seq.id
+
+    def cancel(self, seq_id: str) -> None:
+        """End a request early with finish_reason `abort` (`cancelled`); no-op when finished."""
+        with self._cv:
+            self._cancels.add(seq_id)
+            self._cv.notify()
+
+    def update_weights(
+        self, staged: StagedWeights, version: int, abort: bool, on_done: Callable[[Any], None]
+    ) -> None:
+        """Copy staged weights in between two decode steps; `on_done` gets an `UpdateResult`."""
+        with self._cv:
+            if not self.alive:
+                raise EngineDead(f"engine is not running: {self.error!r}")
+            self._updates.append(_Update(staged, version, abort, on_done))
+            self._cv.notify()
+
+    def _validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        if not prompt_ids:
+            raise ValueError("prompt is empty")
+        if params.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if len(prompt_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                f"max_model_len {self.max_model_len}"
+            )
+        vocab = self.model.get_input_embeddings().num_embeddings
+        if max(prompt_ids) >= vocab:
+            raise ValueError(f"token id {max(prompt_ids)} out of vocabulary ({vocab})")
+
+    # ---- generation thread ----
+
+    def _run(self) -> None:
+        try:
+            while self._round():
+                pass
+            self._abort_all("shutdown")
+        except BaseException as exc:
+            log.exception("engine thread crashed")
+            self.error = exc
+            with self._cv:
+                self._stopping = True
+            self._abort_all(exc)
+
+    def _round(self) -> bool:
+        with self._cv:
+            while not (self._waiting or self._updates or self._cancels or self._running):
+                if self._stopping:
+                    return False
+                self._cv.wait()
+            if self._stopping:
+                return False
+            cancels, self._cancels = self._cancels, set()
+            updates, self._updates = self._updates, []
+            admit = []
+            while self._waiting and len(self._running) + len(admit) < self.max_batch_size:
+                seq = self._waiting.popleft()
+                if seq.id in cancels:
+                    self._finish(seq, "abort", abort_reason="cancelled")
+                else:
+                    admit.append(seq)
+        self._apply_cancels(cancels)
+        for update in updates:
+            self._apply_update(update)
+        with torch.inference_mode():
+            for seq in admit:
+                self._prefill(seq)
+            if self._running:
+                self._decode_step()
+        return True
+
+    def _apply_cancels(self, cancels: set[str]) -> None:
+        if not cancels:
+            return
+        with self._cv:
+            for seq in [s for s in self._waiting if s.id in cancels]:
+                self._waiting.remove(seq)
+                self._finish(seq, "abort", abort_reason="cancelled")
+        keep = [i for i, s in enumerate(self._running) if s.id not in cancels]
+        for seq in self._running:
+            if seq.id in cancels:
+                self._finish(seq, "abort", abort_reason="cancelled")
+        self._keep(keep)
+
+    def _apply_update(self, update: _Update) -> None:
+        t0 = time.monotonic()
+        apply_weights(self.model, update.staged)
+        aborted = 0
+        if update.abort:
+            aborted = len(self._running)
+            for seq in self._running:
+                self._finish(seq, "abort", abort_reason="weight_update")
+            self._keep([])
+        self.policy_version = update.version
+        self.counters.weight_updates += 1
+        self._call(update.on_done, UpdateResult(update.version, aborted, time.monotonic() - t0))
+
+    def _prefill(self, seq: _Seq) -> None:
+        from transformers import DynamicCache
+
+        seq.version_start = self.policy_version
+        cache = DynamicCache(config=self.model.config)
+        ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
+        if self._emit([seq], out.logits[:, -1].float()):
+            return
+        self._batch.add(cache, len(seq.prompt_ids))
+        self._running.append(seq)
+
+    def _decode_step(self) -> None:
+        mask, positions = self._batch.step_inputs()
+        ids = torch.tensor(
+            [[s.token_ids[-1]] for s in self._running], dtype=torch.long, device=self.device
+        )
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_kw: self._batch.cache},
+        )
+        self._batch.commit_step(mask)
+        self.counters.decode_steps += 1
+        self.counters.decode_rows += len(self._running)
+        finished = self._emit(self._running, out.logits[:, -1].float())
+        self._keep([i for i in range(len(self._running)) if i not in finished])
+
+    def _keep(self, rows: list[int]) -> None:
+        self._batch.keep(rows)
+        self._running = [self._running[i] for i in rows]
+
+    def _emit(self, seqs: list[_Seq], logits: torch.Tensor) -> set[int]:
+        """Sample and record one token per sequence; finish those that end. Returns their rows."""
+        rows = [
+            RowParams(s.params.temperature, s.params.top_p, s.generator, s.params.top_logprobs)
+            for s in seqs
+        ]
+        out = sample(logits, rows)
+        self.counters.generation_tokens += len(seqs)
+        finished: set[int] = set()
+        for i, seq in enumerate(seqs):
+            token, p = out.tokens[i], seq.params
+            seq.token_ids.append(token)
+            seq.logprobs.append(out.logprobs[i])
+            if p.top_logprobs:
+                seq.top.append(out.top[i])
+            if token in p.stop_ids:
+                self._finish(seq, "stop", stop_reason=token)
+            elif token in self.eos_ids and not p.ignore_eos:
+                self._finish(seq, "stop")
+            elif len(seq.token_ids) >= min(p.max_tokens, self.max_model_len - len(seq.prompt_ids)):
+                self._finish(seq, "length")
+            else:
+                continue
+            finished.add(i)
+        return finished
+
+    def _finish(
+        self,
+        seq: _Seq,
+        reason: str,
+        *,
+        stop_reason: int | None = None,
+        abort_reason: str | None = None,
+    ) -> None:
+        self._seqs.pop(seq.id, None)
+        self.counters.finished[reason] += 1
+        start = self.policy_version if seq.version_start is None else seq.version_start
+        result = GenerationResult(
+            seq.token_ids,
+            seq.logprobs,
+            seq.top,
+            reason,
+            stop_reason,
+            abort_reason,
+            start,
+            self.policy_version,
+            len(seq.prompt_ids),
+        )
+        self._call(seq.on_done, result)
+
+    def _abort_all(self, why: str | BaseException) -> None:
+        with self._cv:
+            seqs = list(self._seqs.values())
+            self._waiting.clear()
+            updates, self._updates = self._updates, []
+        self._running = []
+        self._batch = KVBatch()
+        for seq in seqs:
+            if isinstance(why, BaseException):
+                self._seqs.pop(seq.id, None)
+                self._call(seq.on_done, EngineDead(f"engine crashed: {why!r}"))
+            else:
+                self._finish(seq, "abort", abort_reason=why)
+        for update in updates:
+            self._call(update.on_done, EngineDead(f"engine stopped: {why!r}"))
+
+    @staticmethod
+    def _call(callback: Callable[[Any], None], value: Any) -> None:
+        try:
+            callback(value)
+        except Exception:
+            log.exception("result callback failed")

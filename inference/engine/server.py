@@ -1,0 +1,322 @@
+"""OpenAI-compatible HTTP server around the embedded engine (FastAPI + uvicorn).
+
+    python -m inference.engine.server --model DIR --host 127.0.0.1 --port P [--device cpu]
+
+Endpoints: POST /v1/completions (vLLM-shaped, see `inference/wire.py`), GET /v1/models,
+POST /tokenize, GET /health (policy_version), GET /metrics (Prometheus text),
+POST /update_weights {"path", "version", "abort_in_flight"}.
+
+The model runs on the engine's own thread; handlers only wait on futures, so the event loop
+stays free. A client that disconnects (e.g. its deadline passed) cancels its sequence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from inference.engine.core import Engine, EngineDead, GenerationResult, QueueFull, SamplingParams
+from inference.engine.metrics import render
+from inference.engine.model import LoadedModel
+from inference.engine.weights import read_weights
+from inference.serving import serve
+from inference.wire import (
+    CompletionChoice,
+    CompletionLogProbs,
+    CompletionRequest,
+    CompletionResponse,
+    HealthResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+    UpdateWeightsRequest,
+    UpdateWeightsResponse,
+    Usage,
+)
+
+log = logging.getLogger("inference.engine.server")
+
+DISCONNECT_POLL_S = 0.25
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    kind = "BadRequestError" if status < 500 else "ServiceUnavailableError"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status)
+
+
+async def _settled(fut: asyncio.Future, request: Request, engine: Engine, seq_id: str) -> Any:
+    """Wait for the engine's answer; cancel the sequence if the client goes away."""
+    try:
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    engine.cancel(seq_id)
+                    return await fut
+    except asyncio.CancelledError:
+        engine.cancel(seq_id)
+        raise
+
+
+def _future_callback(fut: asyncio.Future) -> Any:
+    loop = fut.get_loop()
+
+    def settle(value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value)
+
+    def on_done(value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, value)
+        except RuntimeError:  # loop closed during shutdown: nobody is waiting
+            pass
+
+    return on_done
+
+
+class Handlers:
+    """Request handling that needs the loaded model (tokenizer) and the engine."""
+
+    def __init__(self, loaded: LoadedModel, engine: Engine, served_name: str) -> None:
+        self.loaded = loaded
+        self.engine = engine
+        self.name = served_name
+        self.update_lock = asyncio.Lock()
+
+    def prompt_ids(self, body: CompletionRequest) -> list[int]:
+        prompt = body.prompt
+        if isinstance(prompt, str):
+            if self.loaded.tokenizer is None:
+                raise HTTPError(400, "model has no tokenizer: send prompt as token ids")
+            return list(self.loaded.tokenizer(prompt)["input_ids"])
+        if prompt and all(isinstance(t, int) for t in prompt):
+            return list(prompt)
+        raise HTTPError(400, "prompt must be one string or one non-empty list of token ids")
+
+    def params(self, body: CompletionRequest) -> SamplingParams:
+        if unsupported := body.unsupported():
+            raise HTTPError(400, f"not supported by the embedded engine: {unsupported}")
+        return SamplingParams(
+            max_tokens=body.max_tokens,
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            seed=body.seed,
+            stop_ids=frozenset(body.stop_token_ids or ()),
+            ignore_eos=body.ignore_eos,
+            top_logprobs=body.logprobs or 0,
+        )
+
+    async def complete(self, body: CompletionRequest, request: Request) -> CompletionResponse:
+        prompt_ids, params = self.prompt_ids(body), self.params(body)
+        fut = asyncio.get_running_loop().create_future()
+        try:
+            seq_id = self.engine.submit(prompt_ids, params, _future_callback(fut))
+        except ValueError as exc:
+            raise HTTPError(400, str(exc)) from exc
+        except (QueueFull, EngineDead) as exc:
+            raise HTTPError(503, str(exc)) from exc
+        result = await _settled(fut, request, self.engine, seq_id)
+        if isinstance(result, BaseException):
+            raise HTTPError(503, str(result))
+        return self.response(body, prompt_ids, result)
+
+    def token_str(self, token: int) -> str:
+        tok = self.loaded.tokenizer
+        return f"token_id:{token}" if tok is None else tok.decode([token])
+
+    def response(
+        self, body: CompletionRequest, prompt_ids: list[int], r: GenerationResult
+    ) -> CompletionResponse:
+        tok = self.loaded.tokenizer
+        text = (
+            ""
+            if tok is None
+            else tok.decode(r.token_ids, skip_special_tokens=body.skip_special_tokens)
+        )
+        logprobs = None
+        if body.logprobs is not None:
+            tokens = [self.token_str(t) for t in r.token_ids]
+            offsets, pos = [], 0
+            for s in tokens:
+                offsets.append(pos)
+                pos += len(s)
+            top = None
+            if body.logprobs:
+                top = [
+                    {self.token_str(t): lp for t, lp in [*alts, (tid, lp_tid)]}
+                    for alts, tid, lp_tid in zip(
+                        r.top_logprobs, r.token_ids, r.logprobs, strict=True
+                    )
+                ]
+            logprobs = CompletionLogProbs(
+                text_offset=offsets,
+                token_logprobs=r.logprobs,
+                tokens=tokens,
+                top_logprobs=top or [None] * len(tokens),
+            )
+        choice = CompletionChoice(
+            text=text,
+            logprobs=logprobs,
+            finish_reason=r.finish_reason,
+            stop_reason=r.stop_reason,
+            token_ids=r.token_ids,
+            prompt_token_ids=prompt_ids if body.return_token_ids else None,
+        )
+        n_out = len(r.token_ids)
+        return CompletionResponse(
+            model=self.name,
+            choices=[choice],
+            usage=Usage(
+                prompt_tokens=r.prompt_len,
+                completion_tokens=n_out,
+                total_tokens=r.prompt_len + n_out,
+            ),
+            policy_version=r.policy_version,
+            policy_version_final=r.policy_version_final,
+            abort_reason=r.abort_reason,
+        )
+
+    async def update_weights(self, body: UpdateWeightsRequest) -> UpdateWeightsResponse:
+        async with self.update_lock:
+            try:
+                staged = await asyncio.to_thread(read_weights, self.loaded.model, body.path)
+            except (FileNotFoundError, ValueError) as exc:
+                raise HTTPError(400, f"cannot load weights: {exc}") from exc
+            fut = asyncio.get_running_loop().create_future()
+            try:
+                self.engine.update_weights(
+                    staged, body.version, body.abort_in_flight, _future_callback(fut)
+                )
+            except EngineDead as exc:
+                raise HTTPError(503, str(exc)) from exc
+            result = await fut
+            if isinstance(result, BaseException):
+                raise HTTPError(503, str(result))
+            log.info(
+                "serving policy version %d (aborted %d)", result.policy_version, result.aborted
+            )
+            return UpdateWeightsResponse(
+                policy_version=result.policy_version,
+                aborted=result.aborted,
+                load_s=staged.load_s,
+                apply_s=result.apply_s,
+            )
+
+
+def create_app(loaded: LoadedModel, engine: Engine, served_name: str = "") -> FastAPI:
+    """The FastAPI app; the caller owns the engine (started before, shut down after)."""
+    h = Handlers(loaded, engine, served_name or loaded.name)
+    app = FastAPI(title="swefleet embedded engine")
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(_: Request, exc: HTTPError) -> JSONResponse:
+        return _error(exc.status, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(400, str(exc.errors()))
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> CompletionResponse:
+        return await h.complete(body, request)
+
+    @app.get("/health")
+    async def health() -> Any:
+        if not engine.alive:
+            return _error(503, f"engine not running: {engine.error!r}")
+        return HealthResponse(policy_version=engine.policy_version, model=h.name)
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(render(engine, h.name), media_type="text/plain; version=0.0.4")
+
+    @app.post("/update_weights")
+    async def update_weights(body: UpdateWeightsRequest) -> UpdateWeightsResponse:
+        return await h.update_weights(body)
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> TokenizeResponse:
+        if loaded.tokenizer is None:
+            raise HTTPError(400, "model has no tokenizer")
+        ids = loaded.tokenizer(body.prompt, add_special_tokens=body.add_special_tokens)["input_ids"]
+        return TokenizeResponse(count=len(ids), max_model_len=loaded.max_model_len, tokens=ids)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        card = {
+            "id": h.name,
+            "object": "model",
+            "owned_by": "swefleet",
+            "max_model_len": loaded.max_model_len,
+        }
+        return {"object": "list", "data": [card]}
+
+    return app
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m inference.engine.server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", required=True, help="HF-format checkpoint directory")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument("--port-file", default="", help="write the bound port here once serving")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--max-batch-size", type=int, default=16)
+    p.add_argument(
+        "--max-queue", type=int, default=0, help="503 beyond this many waiting; 0: no cap"
+    )
+    p.add_argument("--policy-version", type=int, default=0, help="version of the initial weights")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch default")
+    p.add_argument("--served-model-name", default="")
+    p.add_argument("--log-level", default="info")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from inference.engine.model import load_model
+
+    args = _parse(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+    engine = Engine(
+        loaded.model,
+        loaded.eos_ids,
+        max_model_len=loaded.max_model_len,
+        max_batch_size=args.max_batch_size,
+        max_queue=args.max_queue,
+        policy_version=args.policy_version,
+    )
+    engine.start()
+    app = create_app(loaded, engine, args.served_model_name)
+    log.info("serving %s on %s:%d", args.model, args.host, args.port)
+    try:
+        serve(app, args.host, args.port, args.port_file)
+    finally:
+        engine.shutdown()
+
+
+if __name__ == "__main__":
+    main()

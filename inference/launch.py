@@ -1,0 +1,252 @@
+"""Start inference servers as subprocesses (own process group) and stop them for sure.
+
+    with start_embedded_server(model_dir, device="cpu", log_path=run / "server.log") as server:
+        client = FleetClient([server.url], config)
+
+The server binds its port itself (`--port 0` picks a free one) and writes it to a port file;
+we wait for that file and then for `/health` to answer 200, within `startup_timeout_s`. If the
+process exits or the deadline passes first, the process group is killed and `ServerStartError`
+carries the tail of its log. `stop()` sends SIGTERM to the whole group, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Self
+
+import httpx
+
+from inference.config import InferenceConfig
+
+
+class ServerStartError(RuntimeError):
+    """A server process exited or missed its startup deadline."""
+
+
+def _log_tail(path: Path, n_chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n_chars:]
+    except OSError:
+        return ""
+
+
+@dataclass
+class ServerHandle:
+    """A running server process; `stop()` (or leaving the `with` block) ends its group."""
+
+    proc: subprocess.Popen
+    url: str
+    port: int
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code."""
+        if self.proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.proc.wait()
+        self._signal(signal.SIGKILL)  # stragglers of the group, if any
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the group at once (tests: a crashed server)."""
+        self._signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_server(
+    argv: Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    log_path: str | Path | None = None,
+    startup_timeout_s: float = 300.0,
+    env: dict[str, str] | None = None,
+) -> ServerHandle:
+    """Run `argv` (a server accepting `--port-file`) and wait until its /health answers."""
+    if log_path:
+        log = Path(log_path)
+    else:
+        fd, name = tempfile.mkstemp(prefix="swefleet-server-", suffix=".log")
+        os.close(fd)
+        log = Path(name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    port_file = Path(tempfile.mkdtemp(prefix="swefleet-port-")) / "port"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [*argv, "--port-file", str(port_file)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    handle = ServerHandle(proc, "", 0, log)
+    deadline = time.monotonic() + startup_timeout_s
+    try:
+        handle.port = _wait_port(proc, port_file, deadline, log)
+        handle.url = f"http://{host}:{handle.port}"
+        _wait_healthy(handle, deadline)
+    except BaseException:
+        handle.stop(grace_s=2.0)
+        raise
+    finally:
+        port_file.unlink(missing_ok=True)
+        port_file.parent.rmdir()
+    return handle
+
+
+def _wait_port(proc: subprocess.Popen, port_file: Path, deadline: float, log: Path) -> int:
+    while not port_file.exists():
+        _check_running(proc, log, deadline)
+        time.sleep(0.05)
+    return int(port_file.read_text())
+
+
+def _wait_healthy(handle: ServerHandle, deadline: float) -> None:
+    with httpx.Client(trust_env=False, timeout=2.0) as http:
+        while True:
+            try:
+                if http.get(f"{handle.url}/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            _check_running(handle.proc, handle.log_path, deadline)
+            time.sleep(0.1)
+
+
+def _check_running(proc: subprocess.Popen, log: Path, deadline: float) -> None:
+    if proc.poll() is not None:
+        raise ServerStartError(
+            f"server exited with {proc.returncode}; log {log}:\n{_log_tail(log)}"
+        )
+    if time.monotonic() > deadline:
+        raise ServerStartError(
+            f"server not healthy before its deadline; log {log}:\n{_log_tail(log)}"
+        )
+
+
+def start_embedded_server(
+    model_dir: str | Path,
+    port: int = 0,
+    device: str = "cpu",
+    log_path: str | Path | None = None,
+    *,
+    host: str = "127.0.0.1",
+    dtype: str = "auto",
+    max_batch_size: int = 16,
+    max_queue: int = 0,
+    policy_version: int = 0,
+    threads: int = 0,
+    startup_timeout_s: float = 300.0,
+) -> ServerHandle:
+    """Start `python -m inference.engine.server` on `model_dir` and wait until it is healthy."""
+    argv = [
+        sys.executable,
+        "-m",
+        "inference.engine.server",
+        "--model",
+        str(model_dir),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--device",
+        device,
+        "--dtype",
+        dtype,
+        "--max-batch-size",
+        str(max_batch_size),
+        "--max-queue",
+        str(max_queue),
+        "--policy-version",
+        str(policy_version),
+        "--threads",
+        str(threads),
+    ]
+    return start_server(argv, host=host, log_path=log_path, startup_timeout_s=startup_timeout_s)
+
+
+def start_configured_server(
+    model_dir: str | Path, config: InferenceConfig, log_path: str | Path | None, index: int = 0
+) -> ServerHandle:
+    """The `index`-th embedded server with every engine setting taken from `config`."""
+    return start_embedded_server(
+        model_dir,
+        config.port + index if config.port else 0,
+        config.device,
+        log_path,
+        host=config.host,
+        dtype=config.dtype,
+        max_batch_size=config.max_batch_size,
+        max_queue=config.max_queue,
+        threads=config.cpu_threads,
+        startup_timeout_s=config.startup_timeout_s,
+    )
+
+
+def start_embedded_fleet(
+    model_dir: str | Path, config: InferenceConfig, log_dir: str | Path
+) -> list[ServerHandle]:
+    """`config.num_servers` embedded servers (ports from `config.port`, 0: free ones)."""
+    handles: list[ServerHandle] = []
+    try:
+        for i in range(config.num_servers):
+            log = Path(log_dir) / f"server-{i}.log"
+            handles.append(start_configured_server(model_dir, config, log, i))
+    except BaseException:
+        for handle in handles:
+            handle.stop()
+        raise
+    return handles
+
+
+def start_scripted_server(
+    *,
+    delay_s: float = 0.0,
+    policy_version: int = 0,
+    log_path: str | Path | None = None,
+    startup_timeout_s: float = 60.0,
+) -> ServerHandle:
+    """Start the model-free `inference.scripted_server` (tests, benchmarks)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "inference.scripted_server",
+        "--port",
+        "0",
+        "--delay-s",
+        str(delay_s),
+        "--policy-version",
+        str(policy_version),
+    ]
+    return start_server(argv, log_path=log_path, startup_timeout_s=startup_timeout_s)

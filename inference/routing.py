@@ -1,0 +1,110 @@
+"""Per-server bookkeeping and the routing rule of the fleet client (no I/O here).
+
+Rule: among servers whose known policy version satisfies the request, prefer live servers this
+request has not tried yet, then any live one, then (all down) the one that comes back first.
+Within that pool take the least outstanding requests; an episode sticks to its previous server
+(prefix-cache reuse) while that server has at most `max_imbalance` more requests in flight than
+the least loaded one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]); NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(eq=False)
+class ServerState:
+    """What the client knows about one server."""
+
+    url: str
+    version: int | None = None
+    """Last policy version the server reported (/health, a completion, update_weights)."""
+    in_flight: int = 0
+    down_until: float = 0.0
+    """Monotonic time before which the server is skipped (after a refused connection)."""
+    attempts: int = 0
+    completed: int = 0
+    failures: int = 0
+    """Attempts that ended in a retryable error (connection error, 502/503)."""
+    tokens: int = 0
+    drops: Counter = field(default_factory=Counter)
+    latencies: deque = field(default_factory=lambda: deque(maxlen=4096))
+
+    def live(self, now: float) -> bool:
+        return self.down_until <= now
+
+    def snapshot(self, now: float) -> dict:
+        lat = list(self.latencies)
+        return {
+            "in_flight": self.in_flight,
+            "policy_version": self.version,
+            "live": self.live(now),
+            "attempts": self.attempts,
+            "completed": self.completed,
+            "failures": self.failures,
+            "tokens": self.tokens,
+            "latency_p50_s": percentile(lat, 50),
+            "latency_p99_s": percentile(lat, 99),
+            "drops": dict(self.drops),
+        }
+
+
+class Router:
+    """Least-outstanding-requests routing with episode affinity."""
+
+    def __init__(
+        self, servers: list[ServerState], max_imbalance: int, max_episodes: int = 100_000
+    ) -> None:
+        self.servers = servers
+        self.max_imbalance = max_imbalance
+        self.max_episodes = max_episodes
+        self._affinity: OrderedDict[str, ServerState] = OrderedDict()
+        self._turn = 0
+
+    def eligible(self, min_version: int) -> list[ServerState]:
+        if min_version <= 0:
+            return list(self.servers)
+        return [s for s in self.servers if s.version is not None and s.version >= min_version]
+
+    def pick(
+        self, episode_id: str, min_version: int, tried: set[str], now: float
+    ) -> ServerState | None:
+        """The server for the next attempt, or None when no server is new enough."""
+        eligible = self.eligible(min_version)
+        if not eligible:
+            return None
+        live = [s for s in eligible if s.live(now)]
+        pool = [s for s in live if s.url not in tried] or live
+        if not pool:
+            server = min(eligible, key=lambda s: s.down_until)
+        else:
+            server = self._least_loaded(pool, episode_id)
+        if episode_id:
+            self._affinity[episode_id] = server
+            self._affinity.move_to_end(episode_id)
+            if len(self._affinity) > self.max_episodes:
+                self._affinity.popitem(last=False)
+        return server
+
+    def _least_loaded(self, pool: list[ServerState], episode_id: str) -> ServerState:
+        least = min(s.in_flight for s in pool)
+        sticky = self._affinity.get(episode_id) if episode_id else None
+        if sticky in pool and sticky.in_flight <= least + self.max_imbalance:
+            return sticky
+        ties = [s for s in pool if s.in_flight == least]
+        self._turn += 1
+        return ties[self._turn % len(ties)]
+
+    def forget(self, episode_id: str) -> None:
+        self._affinity.pop(episode_id, None)

@@ -1,0 +1,39 @@
+"""Run an ASGI app on a pre-bound socket and announce its port (shared by both servers).
+
+Binding before serving lets `--port 0` pick a free port without a race: the bound port is
+written atomically to `--port-file`, which `inference.launch` waits for before polling /health.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0: a free one)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    Path(tmp).write_text(text)
+    os.replace(tmp, path)
+
+
+def serve(app: Any, host: str, port: int, port_file: str = "") -> None:
+    """Serve `app` with uvicorn until SIGINT/SIGTERM (graceful for at most 5 s)."""
+    import uvicorn
+
+    sock = bind_socket(host, port)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    if port_file:
+        write_atomic(port_file, str(sock.getsockname()[1]))
+    server.run(sockets=[sock])

@@ -1,0 +1,95 @@
+"""The embedded engine on CUDA: exact logprobs in float32, close ones in bfloat16, batching."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from inference.engine.core import Engine, GenerationResult, SamplingParams
+from inference.engine.model import load_model
+from inference.testing import reference_logprobs, tiny_checkpoint
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+PROMPTS = [list(range(10, 10 + n)) for n in (3, 17, 8, 30, 1, 12, 64, 5)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
+
+
+def make_engine(model_dir, dtype: str) -> Engine:
+    loaded = load_model(model_dir, device="cuda", dtype=dtype)
+    eng = Engine(loaded.model, loaded.eos_ids, max_model_len=4096, max_batch_size=16)
+    eng.start()
+    return eng
+
+
+def run_all(engine: Engine, prompts: list[list[int]], **params) -> list[GenerationResult]:
+    results: list = [None] * len(prompts)
+    done = [threading.Event() for _ in prompts]
+    for i, prompt in enumerate(prompts):
+
+        def cb(r, i=i):
+            results[i] = r
+            done[i].set()
+
+        engine.submit(prompt, SamplingParams(**params), cb)
+    for ev in done:
+        assert ev.wait(120)
+    assert all(isinstance(r, GenerationResult) for r in results), results
+    return results
+
+
+def test_float32_logprobs_match_reference_and_batching(model_dir):
+    eng = make_engine(model_dir, "float32")
+    try:
+        alone = [
+            run_all(eng, [p], max_tokens=20, temperature=0.0, ignore_eos=True)[0] for p in PROMPTS
+        ]
+        together = run_all(eng, PROMPTS, max_tokens=20, temperature=0.0, ignore_eos=True)
+        for prompt, a, b in zip(PROMPTS, alone, together, strict=True):
+            assert a.token_ids == b.token_ids
+            ref = reference_logprobs(eng.model, prompt, a.token_ids)
+            assert max(abs(x - y) for x, y in zip(a.logprobs, ref, strict=True)) < 1e-3
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3
+    finally:
+        eng.shutdown()
+
+
+def test_bfloat16_logprobs_close_to_reference(model_dir):
+    eng = make_engine(model_dir, "auto")  # bfloat16 on CUDA
+    try:
+        assert next(eng.model.parameters()).dtype == torch.bfloat16
+        results = run_all(eng, PROMPTS, max_tokens=20, seed=0, ignore_eos=True)
+        worst = 0.0
+        for prompt, r in zip(PROMPTS, results, strict=True):
+            ref = reference_logprobs(eng.model, prompt, r.token_ids)
+            worst = max(worst, *(abs(x - y) for x, y in zip(r.logprobs, ref, strict=True)))
+        print(f"bf16 batched vs full-forward max |dlogprob| = {worst:.4f}")
+        assert worst < 0.1
+    finally:
+        eng.shutdown()
+
+
+def test_decode_throughput_report(model_dir):
+    eng = make_engine(model_dir, "auto")
+    try:
+        run_all(eng, PROMPTS[:2], max_tokens=8, ignore_eos=True)  # warm up
+        prompts = [list(range(10, 200)) for _ in range(16)]
+        t0 = time.perf_counter()
+        results = run_all(eng, prompts, max_tokens=128, ignore_eos=True)
+        dt = time.perf_counter() - t0
+        tokens = sum(len(r.token_ids) for r in results)
+        steps, rows = eng.counters.decode_steps, eng.counters.decode_rows
+        print(f"16x128 tokens: {tokens / dt:.0f} tok/s, mean batch {rows / steps:.1f}")
+        assert tokens == 16 * 128
+    finally:
+        eng.shutdown()

@@ -1,0 +1,187 @@
+"""The embedded engine in-process on the tiny Qwen3: exact logprobs, batching, weight updates."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from inference.engine.core import Engine, GenerationResult, SamplingParams
+from inference.engine.model import load_model
+from inference.engine.weights import read_weights
+from inference.testing import perturbed_checkpoint, reference_logprobs, tiny_checkpoint
+
+pytestmark = pytest.mark.unit
+
+PROMPTS = [list(range(10, 10 + n)) for n in (3, 17, 8, 30, 1, 12)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
+
+
+@pytest.fixture()
+def engine(model_dir):
+    torch.set_num_threads(1)
+    loaded = load_model(model_dir)
+    eng = Engine(loaded.model, loaded.eos_ids, max_model_len=4096, max_batch_size=8)
+    eng.start()
+    yield eng
+    eng.shutdown()
+
+
+class Waiter:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: GenerationResult | None = None
+
+    def __call__(self, result) -> None:
+        self.result = result
+        self.done.set()
+
+    def get(self) -> GenerationResult:
+        assert self.done.wait(60), "engine did not answer"
+        assert isinstance(self.result, GenerationResult), self.result
+        return self.result
+
+
+def submit(engine: Engine, prompt: list[int], **params) -> Waiter:
+    waiter = Waiter()
+    engine.submit(prompt, SamplingParams(**params), waiter)
+    return waiter
+
+
+def run(engine: Engine, prompt: list[int], **params) -> GenerationResult:
+    return submit(engine, prompt, **params).get()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0, 0.7])
+def test_logprobs_match_reference_forward(engine, temperature):
+    """Raw (temperature-1) logprobs of exactly the returned ids, whatever the sampling T."""
+    for prompt in PROMPTS[:3]:
+        r = run(engine, prompt, max_tokens=12, temperature=temperature, seed=3, ignore_eos=True)
+        assert len(r.token_ids) == len(r.logprobs) == 12 and r.finish_reason == "length"
+        ref = reference_logprobs(engine.model, prompt, r.token_ids)
+        assert max(abs(a - b) for a, b in zip(r.logprobs, ref, strict=True)) < 1e-4
+
+
+def test_batched_greedy_equals_single(engine):
+    alone = [run(engine, p, max_tokens=10, temperature=0.0, ignore_eos=True) for p in PROMPTS]
+    steps, rows = engine.counters.decode_steps, engine.counters.decode_rows
+    waiters = [
+        submit(engine, p, max_tokens=10 + 25 * i, temperature=0.0, ignore_eos=True)
+        for i, p in enumerate(PROMPTS[:3])
+    ]
+    waiters[0].get()  # later requests join a batch already decoding
+    waiters += [
+        submit(engine, p, max_tokens=10, temperature=0.0, ignore_eos=True) for p in PROMPTS[3:]
+    ]
+    together = [w.get() for w in waiters]
+    for single, batched in zip(alone, together, strict=True):
+        assert batched.token_ids[:10] == single.token_ids
+        assert max(abs(a - b) for a, b in zip(single.logprobs, batched.logprobs)) < 1e-4
+    mean_batch = (engine.counters.decode_rows - rows) / (engine.counters.decode_steps - steps)
+    assert mean_batch > 1.5
+
+
+def test_seeded_sampling_is_reproducible_alone_or_batched(engine):
+    alone = run(engine, PROMPTS[1], max_tokens=15, seed=42, ignore_eos=True)
+    others = [
+        submit(engine, p, max_tokens=15, seed=i, ignore_eos=True) for i, p in enumerate(PROMPTS)
+    ]
+    again = submit(engine, PROMPTS[1], max_tokens=15, seed=42, ignore_eos=True).get()
+    [w.get() for w in others]
+    assert again.token_ids == alone.token_ids
+    unseeded = {
+        tuple(run(engine, PROMPTS[1], max_tokens=15, ignore_eos=True).token_ids) for _ in range(3)
+    }
+    assert len(unseeded) > 1
+
+
+def test_stop_token_and_eos_end_with_stop(engine):
+    greedy = run(engine, PROMPTS[0], max_tokens=8, temperature=0.0, ignore_eos=True).token_ids
+    stopped = run(
+        engine, PROMPTS[0], max_tokens=8, temperature=0.0, stop_ids=frozenset({greedy[3]})
+    )
+    first = greedy.index(greedy[3])
+    assert stopped.token_ids == greedy[: first + 1]  # the stop id is included, as vLLM
+    assert (stopped.finish_reason, stopped.stop_reason) == ("stop", greedy[3])
+    engine.eos_ids = frozenset({greedy[2]})
+    eos = run(engine, PROMPTS[0], max_tokens=8, temperature=0.0)
+    assert eos.finish_reason == "stop" and eos.stop_reason is None
+    assert eos.token_ids == greedy[: greedy.index(greedy[2]) + 1]
+
+
+def test_invalid_requests_are_refused(engine):
+    with pytest.raises(ValueError, match="empty"):
+        engine.submit([], SamplingParams(max_tokens=3), lambda r: None)
+    with pytest.raises(ValueError, match="max_model_len"):
+        engine.submit([1] * 4090, SamplingParams(max_tokens=10), lambda r: None)
+    with pytest.raises(ValueError, match="vocabulary"):
+        engine.submit([10**6], SamplingParams(max_tokens=3), lambda r: None)
+
+
+def test_update_weights_changes_outputs_and_version(engine, model_dir, tmp_path):
+    before = run(engine, PROMPTS[3], max_tokens=10, temperature=0.0, ignore_eos=True)
+    staged = read_weights(engine.model, perturbed_checkpoint(model_dir, tmp_path / "v1"))
+    done = Waiter()
+    engine.update_weights(staged, 1, False, done)
+    assert done.done.wait(30) and done.result.policy_version == 1
+    after = run(engine, PROMPTS[3], max_tokens=10, temperature=0.0, ignore_eos=True)
+    assert after.token_ids != before.token_ids
+    assert (after.policy_version, after.policy_version_final) == (1, 1)
+    ref = reference_logprobs(engine.model, PROMPTS[3], after.token_ids)
+    assert max(abs(a - b) for a, b in zip(after.logprobs, ref, strict=True)) < 1e-4
+
+
+def test_mismatched_checkpoint_is_refused_before_copying(engine, model_dir, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    bad = perturbed_checkpoint(model_dir, tmp_path / "bad")
+    tensors = load_file(str(bad / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["lm_head.weight"][:-1]
+    save_file(tensors, str(bad / "model.safetensors"))
+    snapshot = engine.model.model.embed_tokens.weight.clone()
+    with pytest.raises(ValueError, match="shape"):
+        read_weights(engine.model, bad)
+    assert torch.equal(snapshot, engine.model.model.embed_tokens.weight)
+
+
+def test_cancel_and_abort_on_weight_update(engine, model_dir, tmp_path):
+    long = {"max_tokens": 3000, "ignore_eos": True}
+    cancelled = submit(engine, PROMPTS[0], **long)
+    running = submit(engine, PROMPTS[1], **long)
+    deadline = time.monotonic() + 30
+    while engine.load()[0] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine.cancel(next(iter(engine._seqs)))  # the first submitted request
+    r = cancelled.get()
+    assert (r.finish_reason, r.abort_reason) == ("abort", "cancelled")
+    staged = read_weights(engine.model, perturbed_checkpoint(model_dir, tmp_path / "v2"))
+    done = Waiter()
+    engine.update_weights(staged, 2, True, done)
+    assert done.done.wait(30) and done.result.aborted == 1
+    r = running.get()
+    # aborted before the copy: every token it holds came from the old weights
+    assert (r.finish_reason, r.abort_reason, r.policy_version_final) == (
+        "abort",
+        "weight_update",
+        0,
+    )
+    assert 0 < len(r.token_ids) < 3000
+    assert engine.load() == (0, 0)
+
+
+def test_shutdown_aborts_waiting_requests(model_dir):
+    loaded = load_model(model_dir)
+    eng = Engine(loaded.model, loaded.eos_ids, max_model_len=4096, max_batch_size=1)
+    eng.start()
+    waiters = [submit(eng, PROMPTS[0], max_tokens=3000, ignore_eos=True) for _ in range(3)]
+    eng.shutdown()
+    results = [w.get() for w in waiters]
+    assert {(r.finish_reason, r.abort_reason) for r in results} == {("abort", "shutdown")}
+    with pytest.raises(RuntimeError, match="not running"):
+        eng.submit(PROMPTS[0], SamplingParams(max_tokens=3), lambda r: None)
