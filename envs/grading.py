@@ -35,6 +35,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from envs.containers import sandbox_labels
 from envs.protocol import Grader, InfraError
 from swefleet.types import GradeResult, GradeStatus, Task
 
@@ -440,7 +441,8 @@ class DockerGrader(Grader):
             task.image,
             command=["sleep", str(int(self.timeout_s) + 300)],  # the container's lifetime cap
             name=_container_name(self.run_id, task.instance_id),
-            labels={LABEL_RUN: self.run_id, LABEL_KIND: "grade", LABEL_INSTANCE: task.instance_id},
+            labels={**sandbox_labels(self.run_id, self.timeout_s + 300, task.instance_id),
+                    LABEL_KIND: "grade"},  # owner labels: the reaper removes it if we die
             network_mode="none",
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],

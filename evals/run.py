@@ -33,6 +33,10 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     run_id = f"eval-{uuid.uuid4().hex[:8]}"
     try:
+        from envs.containers import docker_client
+        from envs.reaper import reap_dead_runs
+
+        reap_dead_runs(docker_client())  # what a killed earlier eval or run left behind
         tasks = prepare_tasks(cfg)
         asyncio.run(_eval(cfg, args, tasks, out, run_id))
     finally:

@@ -1,0 +1,61 @@
+"""`swefleet eval` with the oracle and empty policies on the bundled held-out split, and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+TASKS = REPO / "envs/data/quickstart/tasks.jsonl"
+
+
+def _eval(out: Path, agent: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "swefleet.cli", "eval", "--agent", agent, "--tasks", str(TASKS),
+            "--split", "heldout", "--output-dir", str(out), *extra]
+
+
+@pytest.mark.parametrize("agent,rate", [("oracle", 1.0), ("empty", 0.0)])
+def test_oracle_and_empty_rates(tmp_path, agent, rate):
+    out = tmp_path / agent
+    proc = subprocess.run(_eval(out, agent), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["success_rate"] == rate
+    assert report["ci95"] == [rate, rate]
+    assert report["pass_at_k"]["1"] == rate
+    assert report["n_tasks"] == 3 and report["n_episodes"] == 3 and report["infra_errors"] == 0
+
+
+def test_killed_eval_resumes_without_redoing_episodes(tmp_path):
+    out = tmp_path / "resume"
+    proc = subprocess.Popen(_eval(out, "oracle", "-k", "3"), cwd=REPO, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    episodes = out / "episodes.jsonl"
+    deadline = time.monotonic() + 300
+    while not (episodes.exists() and episodes.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = [json.loads(line) for line in episodes.read_text().splitlines() if line.strip()]
+    assert 2 <= len(before) < 9
+
+    done = subprocess.run(_eval(out, "oracle", "-k", "3"), cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = [json.loads(line) for line in episodes.read_text().splitlines()]
+    keys = [(r["task_id"], r["attempt"]) for r in after]
+    assert len(keys) == len(set(keys)) == 9  # 3 tasks x 3 attempts, none run twice
+    assert after[: len(before)] == before
+    report = json.loads((out / "report.json").read_text())
+    assert report["n_episodes"] == 9 and report["success_rate"] == 1.0
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=swefleet.owner_pid={proc.pid}"],
+        capture_output=True, text=True, check=True).stdout.split()
+    assert left == [], "the restarted eval did not reap the killed eval's containers"
