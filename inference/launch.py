@@ -24,6 +24,7 @@ from typing import Self
 
 import httpx
 
+from swefleet.procs import die_with_parent
 from inference.config import InferenceConfig
 
 
@@ -108,6 +109,7 @@ def start_server(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # a kill -9 of the parent must not orphan the server
             env={**os.environ, **(env or {})},
         )
     handle = ServerHandle(proc, "", 0, log)

@@ -23,6 +23,7 @@ from pathlib import Path
 from orchestrator.advantages import batch_samples
 from orchestrator.config import OrchestratorConfig
 from orchestrator.metrics import cost_metrics, rollout_metrics
+from orchestrator.resume import ResumePoint
 from orchestrator.rollout import RolloutFn, RolloutHandle
 from swefleet.batch import pack_samples, write_batch
 from swefleet.rundir import RunDir, append_jsonl
@@ -53,13 +54,15 @@ class RLLoop:
         update_weights: Callable[[int, Path], object],
         on_step: Callable[[dict], None] | None = None,
         health: Callable[[], str | None] | None = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         self.cfg, self.rollout, self.tasks, self.run_dir = cfg, rollout, tasks, run_dir
         self.update_weights = update_weights
         self.on_step = on_step or (lambda record: None)
         self.health = health or (lambda: None)
         """Returns an error message when a process the loop depends on (the trainer) died."""
-        self.state = LoopState()
+        self.resume = resume or ResumePoint()
+        self.state = LoopState(served_version=self.resume.version)
         self.ready: asyncio.Queue[list[Trajectory]] = asyncio.Queue()
         max_groups = (cfg.async_level + 1) * cfg.groups_per_step
         self.group_slots = asyncio.Semaphore(max_groups)
@@ -78,7 +81,7 @@ class RLLoop:
             await self.group_slots.acquire()
             # a group feeds batch ~started // groups_per_step: never run more than async_level
             # versions ahead of the policy that will train on it
-            feeds_step = started // self.cfg.groups_per_step
+            feeds_step = self.resume.step + started // self.cfg.groups_per_step
             await self._wait_version(feeds_step - self.cfg.async_level, timeout_s=None)
             started += 1
             if not order:
@@ -157,8 +160,11 @@ class RLLoop:
         t0 = time.monotonic()
         groups: list[list[Trajectory]] = []
         while len(groups) < self.cfg.groups_per_step:
-            group = await self.ready.get()
-            self.group_slots.release()
+            if self.resume.pending:  # finished before a restart, not yet trained on
+                group = self.resume.pending.pop(0)
+            else:
+                group = await self.ready.get()
+                self.group_slots.release()
             fresh = [t for t in group if not self._is_stale(t, step)]
             if len(fresh) < len(group):
                 self._count_drop("stale_in_queue", len(group) - len(fresh))
@@ -193,7 +199,7 @@ class RLLoop:
         records: list[dict] = []
         empty_in_a_row = 0
         last = time.monotonic()
-        step = 0
+        step = self.resume.step
         while step < self.cfg.steps:
             await self._wait_version(step - self.cfg.async_level, self.cfg.weights_timeout_s)
             groups, wait_s = await self._collect(step)
@@ -211,7 +217,8 @@ class RLLoop:
                 continue
             empty_in_a_row = 0
             write_batch(self.run_dir.batch_path(step), pack_samples(samples),
-                        {"step": step, "n_samples": len(samples)})
+                        {"step": step, "n_samples": len(samples),
+                         "episode_ids": [t.episode_id for t in trajs]})
             now = time.monotonic()
             record = self._step_record(step, trajs, len(samples), wait_s, now - last)
             last = now

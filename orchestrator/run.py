@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from swefleet.config import RunConfig
+from swefleet.procs import die_with_parent
 from swefleet.rundir import RunDir, default_output_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,12 @@ log = logging.getLogger(__name__)
 
 def run_rl(cfg: RunConfig) -> int:
     out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)
+    resuming = (out / "config.json").exists()
     run_dir = RunDir(out)
-    write_json_atomic(run_dir.root / "config.json", cfg.model_dump(mode="json"))
+    if resuming:
+        log.info("%s holds a run: resuming it", out)
+    write_json_atomic(run_dir.root / ("config.resumed.json" if resuming else "config.json"),
+                      cfg.model_dump(mode="json"))
     run_id = f"{cfg.name}-{uuid.uuid4().hex[:8]}"
     log.info("run %s -> %s", run_id, run_dir.root)
     from envs.reaper import remove_run_containers
@@ -74,24 +79,35 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from inference.fleet import FleetClient
     from inference.launch import start_configured_server
     from orchestrator.loop import RLLoop
+    from orchestrator.resume import find_resume_point
     from orchestrator.summary import print_step, print_summary
 
     t0 = time.monotonic()
     async with AsyncExitStack() as stack:
         tasks = await asyncio.to_thread(_tasks_for, cfg)
         model_dir = await asyncio.to_thread(prepare_model, cfg, run_dir)
+        resume = find_resume_point(run_dir)
+        if not resume.fresh:
+            log.info("resuming at step %d, policy v%d, %d finished groups not yet trained on",
+                     resume.step, resume.version, len(resume.pending))
         log.info("%d tasks, model %s (setup %.1fs)", len(tasks), model_dir, time.monotonic() - t0)
-        server = await asyncio.to_thread(
-            start_configured_server, model_dir, cfg.inference, run_dir.logs / "server.log")
+        # started from the main thread: the server dies with this process (die_with_parent)
+        server = start_configured_server(model_dir, cfg.inference, run_dir.logs / "server.log")
         stack.push_async_callback(asyncio.to_thread, server.stop)
+        if resume.version >= cfg.orchestrator.steps:
+            log.info("all %d steps are done in %s", cfg.orchestrator.steps, run_dir.root)
+            return 0
         trainer = start_trainer(cfg, run_dir, model_dir)
         stack.callback(stop_trainer, trainer)
         fleet = FleetClient([server.url], cfg.inference)
         stack.push_async_callback(fleet.aclose)
+        if resume.version:
+            await fleet.update_weights(resume.version, run_dir.weights_path(resume.version))
         tokenizer = Tokenizer.from_dir(model_dir)
         rollout = await _environment(cfg, run_id, fleet, tokenizer, stack)
         loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, fleet.update_weights,
-                      on_step=print_step, health=lambda: _trainer_problem(trainer, run_dir))
+                      on_step=print_step, health=lambda: _trainer_problem(trainer, run_dir),
+                      resume=resume)
         _install_sigterm()
         records = await loop.run()
         summary = print_summary(run_dir, records, time.monotonic() - t0,
@@ -129,7 +145,9 @@ async def _environment(cfg: RunConfig, run_id: str, fleet, tokenizer, stack):
 
 
 def start_trainer(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> subprocess.Popen:
-    """The trainer is its own process; it reads batches and publishes weights (atomic files)."""
+    """The trainer is its own process; it reads batches and publishes weights (atomic files).
+    The job is the same for a fresh and a resumed run: the trainer resumes itself from its own
+    checkpoints and the weights already published."""
     job = {
         "model": str(model_dir), "batches_dir": str(run_dir.batches),
         "weights_dir": str(run_dir.weights), "start_version": 0,
@@ -141,6 +159,7 @@ def start_trainer(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> subproces
     return subprocess.Popen(
         [sys.executable, "-m", "trainer.main", "--config", str(job_path)],
         stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=die_with_parent,
     )
 
 

@@ -1,0 +1,54 @@
+"""Where a killed run continues: the last batch handed over, the last weights published, and the
+finished trajectories that no batch has used yet (none is lost, none is trained on twice).
+
+Files are the source of truth, and each is written atomically: `batches/step_N.npz` (its meta
+lists the episode ids it holds), `weights/vN/` (renamed into place), `episodes.jsonl` (appended
+and fsynced per episode; a torn last line is skipped).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from orchestrator.advantages import is_scored
+from swefleet.batch import read_batch
+from swefleet.rundir import RunDir, read_jsonl
+from swefleet.types import Trajectory
+
+
+@dataclass
+class ResumePoint:
+    step: int = 0
+    """Next batch to write."""
+    version: int = 0
+    """Latest policy version published by the trainer (served after the restart)."""
+    pending: list[list[Trajectory]] = field(default_factory=list)
+    """Finished groups not in any written batch, oldest first."""
+
+    @property
+    def fresh(self) -> bool:
+        return self.step == 0 and self.version == 0 and not self.pending
+
+
+def contiguous_count(exists) -> int:
+    n = 0
+    while exists(n):
+        n += 1
+    return n
+
+
+def find_resume_point(run_dir: RunDir) -> ResumePoint:
+    steps = contiguous_count(lambda i: run_dir.batch_path(i).exists())
+    version = contiguous_count(lambda v: run_dir.weights_path(v + 1).exists())
+    consumed: set[str] = set()
+    for i in range(steps):
+        _, meta = read_batch(run_dir.batch_path(i))
+        consumed.update(meta.get("episode_ids", []))
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for record in read_jsonl(run_dir.episodes):
+        traj = Trajectory.model_validate(record)
+        if traj.episode_id not in consumed:
+            groups[traj.group_id or traj.episode_id].append(traj)
+    pending = [g for g in groups.values() if any(is_scored(t) for t in g)]
+    return ResumePoint(step=steps, version=version, pending=pending)
