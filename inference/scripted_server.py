@@ -41,7 +41,9 @@ def scripted_tokens(
     return out, "length"
 
 
-def create_app(delay_s: float = 0.0, policy_version: int = 0, vocab_size: int = 1024) -> FastAPI:
+def create_app(
+    delay_s: float = 0.0, policy_version: int = 0, vocab_size: int = 1024, hang_token: int = -1
+) -> FastAPI:
     app = FastAPI(title="swefleet scripted server")
     state = {"version": policy_version, "completions": 0, "delay_s": delay_s}
 
@@ -50,6 +52,8 @@ def create_app(delay_s: float = 0.0, policy_version: int = 0, vocab_size: int = 
         if state["delay_s"]:
             await asyncio.sleep(state["delay_s"])
         prompt = body.prompt if isinstance(body.prompt, list) else [ord(c) for c in body.prompt]
+        if hang_token >= 0 and prompt and prompt[0] == hang_token:
+            await asyncio.sleep(24 * 3600)  # a hung request: only the client's deadline ends it
         ids, finish = scripted_tokens(
             prompt, body.max_tokens, vocab_size, frozenset(body.stop_token_ids or ())
         )
@@ -103,10 +107,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--delay-s", type=float, default=0.0)
     p.add_argument("--policy-version", type=int, default=0)
     p.add_argument("--vocab-size", type=int, default=1024)
+    p.add_argument("--hang-token", type=int, default=-1,
+                   help="requests whose prompt starts with this id never answer (stragglers)")
     args = p.parse_args(argv)
     logging.basicConfig(level="INFO")
     serve(
-        create_app(args.delay_s, args.policy_version, args.vocab_size),
+        create_app(args.delay_s, args.policy_version, args.vocab_size, args.hang_token),
         args.host,
         args.port,
         args.port_file,

@@ -23,6 +23,10 @@ class OrchestratorConfig(BaseModel):
     max_off_policy_steps: int = Field(2, ge=0)
     """A rollout whose oldest turn is more than this many versions behind the newest policy is
     dropped, in flight and in the queue, and counted under drops/stale."""
+    straggler_grace: float | None = Field(3.0, gt=1)
+    """Once half of a group has finished, members still running after this factor times the
+    slowest finished member's time are cut: cancelled, masked (never scored 0) and counted
+    under drops/straggler, so one hung episode cannot hold its group. None waits for all."""
     drop_zero_variance_groups: bool = False
     """Drop groups whose rewards are all equal (they carry no learning signal)."""
     max_empty_batches: int = Field(3, ge=1)

@@ -12,6 +12,7 @@ Components (each single-purpose, talking through bounded queues and one shared v
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -92,23 +93,67 @@ class RLLoop:
 
     async def _run_group(self, task: Task) -> None:
         group_id = f"{task.instance_id}-{uuid.uuid4().hex[:8]}"
-        runs = [self._run_episode(task, group_id) for _ in range(self.cfg.rollouts_per_task)]
-        group = [t for t in await asyncio.gather(*runs, return_exceptions=True)
-                 if isinstance(t, Trajectory)]
+        handles = [RolloutHandle(uuid.uuid4().hex[:12], self.state.served_version)
+                   for _ in range(self.cfg.rollouts_per_task)]
+        runs = [asyncio.create_task(self._run_episode(task, group_id, h)) for h in handles]
+        try:
+            await self._await_group(runs, handles)
+        finally:
+            for r in runs:
+                r.cancel()
+        group = [r.result() for r in runs
+                 if not r.cancelled() and r.exception() is None and r.result() is not None]
         await self.ready.put(group)
 
-    async def _run_episode(self, task: Task, group_id: str) -> Trajectory:
+    async def _await_group(self, runs: list[asyncio.Task], handles: list[RolloutHandle]) -> None:
+        """Wait for the group; once half of it has finished, members still running after
+        `straggler_grace` x the slowest finished member's time are cut (cancelled, masked)."""
+        t0 = time.monotonic()
+        pending, slowest = set(runs), 0.0
+        quorum = (len(runs) + 1) // 2
+        while pending:
+            timeout = None
+            if self.cfg.straggler_grace is not None and len(runs) - len(pending) >= quorum:
+                timeout = max(0.0, t0 + slowest * self.cfg.straggler_grace - time.monotonic())
+            done, pending = await asyncio.wait(pending, timeout=timeout,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                slowest = time.monotonic() - t0
+                continue
+            for run, handle in zip(runs, handles):
+                if run in pending:
+                    handle.drop_reason = EpisodeStatus.cancelled
+                    handle.drop_note = f"straggler cut after {time.monotonic() - t0:.1f}s"
+                    self._count_drop("straggler")
+                    run.cancel()
+            await asyncio.wait(pending)
+            return
+
+    async def _run_episode(self, task: Task, group_id: str,
+                           handle: RolloutHandle) -> Trajectory | None:
         async with self.episode_slots:
-            handle = RolloutHandle(uuid.uuid4().hex[:12], self.state.served_version)
+            if handle.drop_reason is not None:
+                return None
+            handle.start_version = self.state.served_version
             self.state.in_flight[handle.episode_id] = handle
             self.state.tasks[handle.episode_id] = asyncio.current_task()
             try:
-                return await self.rollout(task, handle, group_id, self._record)
+                return await self.rollout(task, handle, group_id,
+                                          functools.partial(self._record, handle=handle))
+            except asyncio.CancelledError:
+                me = asyncio.current_task()
+                if handle.drop_reason is None or me.cancelling() > 1:
+                    raise
+                me.uncancel()  # the scheduler's own drop: typed and recorded, the run goes on
+                return None
             finally:
                 self.state.in_flight.pop(handle.episode_id, None)
                 self.state.tasks.pop(handle.episode_id, None)
 
-    def _record(self, traj: Trajectory) -> None:
+    def _record(self, traj: Trajectory, handle: RolloutHandle) -> None:
+        if handle.drop_reason is not None and traj.status == EpisodeStatus.cancelled:
+            traj.status, traj.reward = handle.drop_reason, None
+            traj.reason = handle.drop_note or traj.reason
         append_jsonl(self.run_dir.episodes, traj)
 
     # ---------------------------------------------------------------- weights

@@ -31,6 +31,8 @@ class RolloutHandle:
     start_version: int
     drop_reason: EpisodeStatus | None = None
     """Set before cancelling the episode to say why (dropped_stale, cancelled)."""
+    drop_note: str = ""
+    """Detail recorded as the trajectory's reason when the scheduler drops the episode."""
 
 
 Sink = Callable[[Trajectory], None]
@@ -71,13 +73,9 @@ async def run_rollout(
             await _grade(ctx, task, traj)
     except asyncio.CancelledError:
         traj = ended[-1] if ended else traj
-        traj.status = handle.drop_reason or EpisodeStatus.cancelled
-        traj.reason = traj.reason or "cancelled by the scheduler"
-        traj.reward = None
-        me = asyncio.current_task()
-        if handle.drop_reason is None or me is None or me.cancelling() > 1:
-            raise
-        me.uncancel()  # the scheduler's own drop: the episode ends here, typed and recorded
+        traj.status, traj.reward = EpisodeStatus.cancelled, None
+        traj.reason = traj.reason or "cancelled"
+        raise
     except InfraError as e:
         traj.status, traj.reason, traj.reward = EpisodeStatus.infra_error, f"InfraError: {e}", None
     except Exception as e:  # noqa: BLE001 - the episode's fault boundary: record, never crash the run

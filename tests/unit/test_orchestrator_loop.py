@@ -1,0 +1,101 @@
+"""The RL loop's scheduling contracts, with an in-process environment and trainer stand-in."""
+
+import asyncio
+import json
+
+import pytest
+
+from orchestrator.config import OrchestratorConfig
+from orchestrator.loop import RLLoop, RunAborted
+from swefleet.batch import read_batch
+from swefleet.rundir import RunDir
+from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
+
+pytestmark = pytest.mark.unit
+TASKS = [Task(instance_id=f"t{i}", repo="x/x", problem_statement="p") for i in range(3)]
+
+
+async def fake_trainer(run_dir: RunDir, steps: int, delay_s: float = 0.01) -> None:
+    for step in range(steps):
+        while not run_dir.batch_path(step).exists():
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(delay_s)
+        run_dir.weights_path(step + 1).mkdir()
+
+
+def make_rollout(state: dict, hang_every: int = 0, reward=lambda n: float(n % 2)):
+    """Each episode: one turn at the served version; every `hang_every`-th one hangs forever."""
+
+    async def rollout(task, handle, group_id, sink):
+        state["n"] = n = state.get("n", 0) + 1
+        traj = Trajectory(episode_id=handle.episode_id, task_id=task.instance_id,
+                          group_id=group_id)
+        try:
+            if hang_every and n % hang_every == 0:
+                await asyncio.sleep(3600)
+            await asyncio.sleep(0.01)
+            traj.turns = [Turn(prompt_ids=[1, 2], completion_ids=[3], logprobs=[-1.0],
+                               policy_version=state["loop"].state.served_version)]
+            traj.status, traj.reward = EpisodeStatus.unresolved, reward(n)
+        finally:
+            sink(traj)
+        return traj
+
+    return rollout
+
+
+async def run_loop(tmp_path, cfg: OrchestratorConfig, rollout_state: dict, **kw):
+    run_dir = RunDir(tmp_path)
+
+    async def update(version, path):
+        await asyncio.sleep(0)
+
+    loop = RLLoop(cfg, make_rollout(rollout_state, **kw), TASKS, run_dir, update)
+    rollout_state["loop"] = loop
+    trainer = asyncio.create_task(fake_trainer(run_dir, cfg.steps))
+    try:
+        records = await asyncio.wait_for(loop.run(), 30)
+    finally:
+        trainer.cancel()
+    return loop, records, run_dir
+
+
+async def test_hung_episode_is_cut_and_never_holds_a_batch(tmp_path):
+    cfg = OrchestratorConfig(steps=4, groups_per_step=2, rollouts_per_task=4,
+                             max_concurrent_episodes=16, straggler_grace=3.0)
+    loop, records, run_dir = await run_loop(tmp_path, cfg, {}, hang_every=5)
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert loop.state.drops.get("straggler", 0) >= 1
+    episodes = [json.loads(x) for x in run_dir.episodes.read_text().splitlines()]
+    cut = [e for e in episodes if e["reason"].startswith("straggler cut")]
+    assert cut and all(e["status"] == "cancelled" and e["reward"] is None for e in cut)
+
+
+async def test_batches_respect_staleness_and_hold_each_episode_once(tmp_path):
+    cfg = OrchestratorConfig(steps=5, groups_per_step=2, rollouts_per_task=2,
+                             max_concurrent_episodes=8, async_level=1, max_off_policy_steps=1)
+    _, _, run_dir = await run_loop(tmp_path, cfg, {})
+    seen = []
+    for step in range(5):
+        arrays, meta = read_batch(run_dir.batch_path(step))
+        assert arrays["policy_version"].min() >= step - 1
+        seen += meta["episode_ids"]
+    assert len(seen) == len(set(seen))
+
+
+async def test_all_masked_batches_abort_with_a_clear_message(tmp_path):
+    cfg = OrchestratorConfig(steps=2, groups_per_step=1, rollouts_per_task=2,
+                             max_concurrent_episodes=4, max_empty_batches=2)
+
+    async def broken(task, handle, group_id, sink):
+        traj = Trajectory(episode_id=handle.episode_id, task_id=task.instance_id,
+                          status=EpisodeStatus.infra_error, reason="daemon gone")
+        sink(traj)
+        return traj
+
+    async def update(version, path):
+        pass
+
+    loop = RLLoop(cfg, broken, TASKS, RunDir(tmp_path), update)
+    with pytest.raises(RunAborted, match="no trainable sample"):
+        await asyncio.wait_for(loop.run(), 30)
