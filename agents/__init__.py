@@ -1,4 +1,5 @@
-"""The agents room: the multi-turn agent loop, scaffolds and token-exact trajectory recording.
+"""The agents room: the multi-turn agent loop, scaffolds (bash blocks, Qwen3 tool calls), the
+context budget policy (stop / compact) and token-exact trajectory recording.
 
 Entry point for the orchestrator: `agents.loop.run_episode`. Seams: `agents.protocol`
 (Scaffold, ChatTokenizer). No torch, no trainer imports here.

@@ -19,24 +19,44 @@ class AgentConfig(BaseModel):
     """Cap on generated tokens per model call (`max_tokens`); a reply cut by it has
     finish_reason `length` and its turn is closed with the end-of-turn token in the next delta."""
     context_budget_tokens: int = Field(default=131072, ge=2)
-    """Total context (prompt + all completions + observations) in tokens; when no room is left
-    for another completion the episode ends with `limit_tokens`. Each request asks for at most
-    the remaining room."""
+    """Context of one training sample (prompt + completions + observations) in tokens, the
+    model's window. Each request asks for at most the remaining room; `on_context_full` says
+    what happens when it runs out."""
     max_format_errors: int = Field(default=3, ge=1)
-    """Consecutive malformed replies (no action, several actions, undecodable bytes) allowed;
-    the one that reaches this count ends the episode with `format_errors`."""
+    """Consecutive malformed replies (no action, several actions, undecodable bytes, invalid
+    tool calls) allowed; the one that reaches this count ends the episode with `format_errors`."""
     command_timeout_s: float = Field(default=60.0, gt=0)
     """Per-command timeout in the sandbox (the sandbox kills the command's process group); also
-    bounds the final `git diff`."""
+    bounds each file read/write of the file tools and the final `git diff`."""
     observation_max_chars: int = Field(default=10000, ge=200)
-    """Command output longer than this is cut in the middle (head + tail kept, with a marker
-    saying how many characters were elided)."""
+    """Command output (or file text shown by the `view` tool) longer than this is cut in the
+    middle (head + tail kept, with a marker saying how many characters were elided)."""
     episode_timeout_s: float | None = Field(default=3600.0, gt=0)
     """Wall-clock limit of the episode (model calls + commands); None for no limit. Reaching it
     ends the episode with `limit_time`. `run_episode(deadline_s=...)` can tighten it."""
-    scaffold: Literal["bash"] = "bash"
-    """Action format: `bash` = exactly one ```bash fenced block per reply (mini-swe-agent style).
-    A tool-calling scaffold will be added behind the same `agents.protocol.Scaffold` seam."""
+    scaffold: Literal["bash", "tools"] = "bash"
+    """Action format: `bash` = exactly one ```bash fenced block per reply (mini-swe-agent style);
+    `tools` = exactly one Qwen3-style `<tool_call>{"name": ..., "arguments": ...}</tool_call>`
+    per reply, tools `bash`, `view`, `str_replace`, `submit` (OpenAI tool schema in the system
+    prompt, results as `<tool_response>` user turns)."""
+    on_context_full: Literal["stop", "compact"] = "stop"
+    """What happens when the context nears `context_budget_tokens`. `stop`: each request asks
+    for the room left, and the episode ends with `limit_tokens` when none is left. `compact`:
+    when less than `max_tokens_per_turn` is left, the next prompt is a fresh rendering (system +
+    instance + a deterministic summary of up to `compact_keep_steps` latest actions/observations,
+    as many as leave room for a full reply) and its turn starts a new training sample
+    (`Turn.new_sample`); when even a summary of none leaves that room, it goes on as `stop`."""
+    compact_keep_steps: int = Field(default=5, ge=0)
+    """With `on_context_full = "compact"`: how many of the latest steps (action + observation)
+    the summary keeps; earlier ones are counted, not shown."""
+    compact_observation_chars: int = Field(default=2000, ge=200)
+    """With `on_context_full = "compact"`: each kept observation is cut in the middle to this
+    many characters in the summary."""
+    min_policy_version: int | None = Field(default=None, ge=0)
+    """Lowest policy version allowed to generate any turn; passed as `min_policy_version` with
+    every request (the fleet routes only to servers at least that new, and a completion from
+    older weights ends the episode with `dropped_stale`). None: no floor (sends 0).
+    `run_episode(min_policy_version=...)` overrides it per episode."""
 
     @model_validator(mode="after")
     def _turn_fits_budget(self) -> AgentConfig:

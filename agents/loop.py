@@ -3,7 +3,9 @@
 The context is a list of token ids that only grows: the initial prompt is tokenized once, each
 completion is appended exactly as the server generated it, and each observation is tokenized
 once as a ChatML delta (`agents.chat`). Nothing is ever re-rendered or re-tokenized, so turn i's
-full prompt is always the exact extension of turn i-1's prompt + completion.
+full prompt is always the exact extension of turn i-1's prompt + completion. The one exception
+is `on_context_full = "compact"` (`agents.context`): the context is then replaced by a fresh
+rendering and the turn generated on it is flagged `new_sample`, starting a new training sample.
 
 Every episode ends with one `EpisodeStatus`; the trajectory is returned in every case except
 `asyncio.CancelledError`, which is recorded (and handed to `on_end`) and then re-raised.
@@ -17,9 +19,10 @@ from collections.abc import Callable
 
 from agents.chat import ChatML
 from agents.config import AgentConfig
-from agents.protocol import ChatTokenizer, FormatError
+from agents.context import compacted_prompt
+from agents.protocol import Action, ChatTokenizer, FormatError, Observation
 from agents.scaffolds import make_scaffold
-from envs.protocol import CommandResult, Sandbox
+from envs.protocol import Sandbox
 from inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
 from swefleet.types import NON_SCORABLE, EpisodeStatus, Task, Trajectory, Turn
 
@@ -51,6 +54,7 @@ async def run_episode(
     deadline_s: float | None = None,
     *,
     on_end: Callable[[Trajectory], None] | None = None,
+    min_policy_version: int | None = None,
 ) -> Trajectory:
     """Run one episode of `task` in `sandbox` and return its trajectory.
 
@@ -58,9 +62,12 @@ async def run_episode(
     the earlier of it and `config.episode_timeout_s` after the start. After a submission the
     status is `unresolved` with reward None: the orchestrator grades and sets status + reward.
     `on_end` is called with the finished trajectory in every case, cancellation included.
+    `min_policy_version` (else `config.min_policy_version`, else 0) is sent with every request.
     """
     start = time.monotonic()
     episode = _Episode(task, sandbox, model, tokenizer, config, episode_id, group_id)
+    if min_policy_version is not None:
+        episode.min_version = min_policy_version
     episode.deadline = _deadline(config, deadline_s, start)
     traj = episode.traj
     try:
@@ -103,10 +110,13 @@ class _Episode:
         self.scaffold = make_scaffold(config)
         self.traj = Trajectory(episode_id=episode_id, task_id=task.instance_id, group_id=group_id)
         self.context: list[int] = []
-        """Every token the model has seen or generated so far."""
+        """Every token the model has seen or generated so far in the current sample."""
         self.pending: list[int] = []
         """Tokens to append before the next model call (the next turn's prompt_ids)."""
         self.format_errors = 0
+        self.min_version = config.min_policy_version or 0
+        self.system = ""
+        self.instance = ""
         self.deadline: float | None = None
         self.model_s = 0.0
         self.env_s = 0.0
@@ -124,8 +134,9 @@ class _Episode:
             raise _End(EpisodeStatus.limit_time, _time_reason(self.deadline, start)) from None
 
     async def run(self) -> None:
-        system = self.scaffold.system_prompt(self.task)
-        self.pending = self.chat.initial_prompt(system, self.scaffold.instance_prompt(self.task))
+        self.system = self.scaffold.system_prompt(self.task)
+        self.instance = self.scaffold.instance_prompt(self.task)
+        self.pending = self.chat.initial_prompt(self.system, self.instance)
         while True:
             if len(self.traj.turns) >= self.config.max_steps:
                 raise _End(EpisodeStatus.limit_steps, f"reached max_steps={self.config.max_steps}")
@@ -134,7 +145,9 @@ class _Episode:
             await self.act(turn)
 
     async def generate(self) -> Turn:
-        """One model call on `context + pending`; the completion is appended as generated."""
+        """One model call on `context + pending` (or on a compacted prompt, which starts a new
+        sample); the completion is appended as generated."""
+        new_sample = self.compact_if_full()
         prompt = self.context + self.pending
         room = self.config.context_budget_tokens - len(prompt)
         if room < 1:
@@ -147,19 +160,39 @@ class _Episode:
         t0 = time.monotonic()
         try:
             completion = await self.model.generate(
-                prompt, max_tokens=max_tokens, episode_id=self.traj.episode_id
+                prompt,
+                max_tokens=max_tokens,
+                episode_id=self.traj.episode_id,
+                min_policy_version=self.min_version,
             )
         finally:
             latency = time.monotonic() - t0
             self.model_s += latency
         _check_completion(completion, max_tokens)
         turn = _turn(self.pending, completion, latency)
+        turn.new_sample = new_sample
         self.context = prompt + turn.completion_ids
         self.pending = []
         return turn
 
+    def compact_if_full(self) -> bool:
+        """With `on_context_full = "compact"`: when less than `max_tokens_per_turn` is left,
+        replace the context by a fresh rendering that leaves room for a full reply (else keep
+        it; the budget then ends the episode as with `stop`). Returns True when it did."""
+        cfg = self.config
+        if cfg.on_context_full != "compact" or not self.traj.turns:
+            return False
+        room = cfg.context_budget_tokens - len(self.context) - len(self.pending)
+        if room >= cfg.max_tokens_per_turn:
+            return False
+        fresh = compacted_prompt(self.chat, self.system, self.instance, self.traj.turns, cfg)
+        if fresh is None:
+            return False
+        self.context, self.pending = [], fresh
+        return True
+
     async def act(self, turn: Turn) -> None:
-        """Parse the reply, run its command, and queue the observation delta."""
+        """Parse the reply, carry out its action, and queue the observation delta."""
         text = self.chat.completion_text(turn.completion_ids)
         try:
             action = self.scaffold.parse_action(text, turn.finish_reason)
@@ -167,11 +200,10 @@ class _Episode:
             self.format_error(turn, error)
             return
         self.format_errors = 0
-        turn.action = action.command
+        turn.action = action.describe()
         if action.submit:
             raise _End(EpisodeStatus.unresolved, "submitted")
-        result = await self.run_command(action.command)
-        observation = self.scaffold.observe(action, result)
+        observation = await self.execute(turn, action)
         self.observe(turn, observation.text, observation.truncated_chars)
         if observation.submitted:
             raise _End(EpisodeStatus.unresolved, "submitted")
@@ -190,15 +222,20 @@ class _Episode:
         turn.observation_truncated_chars = truncated_chars
         self.pending = self.chat.observation_delta(turn.completion_ids, text)
 
-    async def run_command(self, command: str) -> CommandResult:
+    async def execute(self, turn: Turn, action: Action) -> Observation:
+        """Let the scaffold carry out `action`; records its duration, exit code and timeout."""
         timeout = self.config.command_timeout_s
         if self.deadline is not None:
             timeout = max(0.01, min(timeout, self.deadline - time.monotonic()))
         t0 = time.monotonic()
         try:
-            return await self.sandbox.run(command, timeout_s=timeout)
+            observation = await self.scaffold.execute(action, self.sandbox, timeout)
         finally:
-            self.env_s += time.monotonic() - t0
+            turn.action_s = time.monotonic() - t0
+            self.env_s += turn.action_s
+        turn.exit_code = observation.exit_code
+        turn.action_timed_out = observation.timed_out
+        return observation
 
     async def collect_patch(self) -> None:
         """Fill `model_patch` from the sandbox. A failed diff means the sandbox broke and the

@@ -37,3 +37,11 @@ def truncate_middle(text: str, max_chars: int) -> tuple[str, int]:
     elided = len(text) - head - tail
     marker = f"\n[... {elided} characters elided ...]\n"
     return text[:head] + marker + text[len(text) - tail :], elided
+
+
+def strip_thinking(text: str) -> str:
+    """Only the text after a closed `<think>...</think>` holds the action; an unclosed
+    `<think>` means everything after it is thinking."""
+    if "</think>" in text:
+        return text.rpartition("</think>")[2]
+    return text.partition("<think>")[0]

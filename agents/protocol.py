@@ -1,48 +1,67 @@
-"""The agents room's seams: a scaffold (prompts, action parsing, observations) and the small
-tokenizer surface the token-exact loop needs.
+"""The agents room's seams: a scaffold (prompts, action parsing, acting, observations) and the
+small tokenizer surface the token-exact loop needs.
 
-A scaffold is pure text in, text out: it never touches tokens, sandboxes or models. The loop
-(`agents.loop`) owns tokens, limits and the sandbox; the chat format (`agents.chat`) owns how
-text becomes token deltas.
+A scaffold works on text: it never touches tokens or models. Parsing and rendering are pure;
+`execute` is the one place a scaffold acts, on the sandbox it is handed, within the timeout it
+is given. The loop (`agents.loop`) owns tokens, limits, deadlines and timings; the chat format
+(`agents.chat`) owns how text becomes token deltas.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import json
+from typing import Any, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from envs.protocol import CommandResult
+from envs.protocol import Sandbox
 from swefleet.types import Task
 
 
 class FormatError(Exception):
-    """The model's reply holds no usable action (no action, several actions, bad bytes).
-    The loop turns it into a format-error observation, never a crash."""
+    """The model's reply holds no usable action (no action, several actions, bad bytes, invalid
+    tool-call JSON, an unknown tool, bad arguments). The loop turns it into a format-error
+    observation, never a crash."""
 
 
 class Action(BaseModel):
     """One parsed action."""
 
     command: str = ""
-    """Shell command to run in the sandbox (empty for a pure submit)."""
+    """Shell command to run in the sandbox (empty for a pure submit or a file tool)."""
     submit: bool = False
-    """True when the action itself submits (e.g. a `submit` tool call); no command is run."""
+    """True when the action itself submits (e.g. a `submit` tool call); nothing is run."""
+    tool: str = ""
+    """Tool name for tool-calling scaffolds (`bash`, `view`, `str_replace`, `submit`); empty
+    for the bash scaffold."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """Validated tool arguments (empty for the bash scaffold)."""
+
+    def describe(self) -> str:
+        """What `Turn.action` records: the shell command, else the tool call as JSON."""
+        if self.command:
+            return self.command
+        call = {"name": self.tool, "arguments": self.arguments}
+        return json.dumps(call, ensure_ascii=False, sort_keys=True)
 
 
 class Observation(BaseModel):
-    """What the agent is shown after an action."""
+    """What the agent is shown after an action, plus what the action did."""
 
     text: str
     """Text appended to the context as the next user message."""
     truncated_chars: int = 0
-    """Characters of command output elided from `text`."""
+    """Characters of command output / file text elided from `text`."""
     submitted: bool = False
     """True when the command's result means the agent submitted (ends the episode)."""
+    exit_code: int | None = None
+    """Exit code of the shell command; None for file tools or a killed command."""
+    timed_out: bool = False
+    """True when the shell command hit its timeout and was killed."""
 
 
 class Scaffold(Protocol):
-    """How the agent talks: prompts, action parsing, observation rendering."""
+    """How the agent talks and acts: prompts, action parsing, execution, observations."""
 
     def system_prompt(self, task: Task) -> str: ...
 
@@ -52,7 +71,11 @@ class Scaffold(Protocol):
         """Parse the decoded reply (end token removed); raise `FormatError` when malformed."""
         ...
 
-    def observe(self, action: Action, result: CommandResult) -> Observation: ...
+    async def execute(self, action: Action, sandbox: Sandbox, timeout_s: float) -> Observation:
+        """Carry out a non-submit action; `timeout_s` bounds its shell command. Tool failures
+        the model can fix (missing file, non-unique match) are observations; sandbox failures
+        (`envs.protocol.InfraError`) propagate."""
+        ...
 
     def format_error(self, error: FormatError, finish_reason: str) -> str:
         """Text of the observation shown after a malformed reply."""

@@ -106,9 +106,18 @@ class Turn(BaseModel):
     observation: str = ""
     """Observation text appended after this turn (possibly truncated)."""
     observation_truncated_chars: int = 0
+    exit_code: int | None = None
+    """Exit code of the shell command this turn ran; None when no command ran (format error,
+    submission, file tool) or when the command was killed by its timeout. Optional, added
+    after v1 (older records read as None)."""
+    action_s: float = 0.0
+    """Wall time of this turn's action in the sandbox (command or file tool), in seconds; 0 when
+    nothing ran. Optional, added after v1."""
+    action_timed_out: bool = False
+    """True when this turn's command hit its timeout and was killed. Optional, added after v1."""
     new_sample: bool = False
     """True when this turn's prompt is not an exact extension of the previous context and starts
-    a new training sample (history compaction)."""
+    a new training sample (history compaction): its `prompt_ids` are then the whole prompt."""
     routed_experts: str | None = None
     """base64 .npy of routed expert ids when the server returns them."""
 

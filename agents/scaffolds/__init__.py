@@ -5,12 +5,15 @@ from __future__ import annotations
 from agents.config import AgentConfig
 from agents.protocol import Scaffold
 from agents.scaffolds.bash import SUBMIT_SENTINEL, BashScaffold
+from agents.scaffolds.tools import ToolScaffold
 
-__all__ = ["SUBMIT_SENTINEL", "BashScaffold", "make_scaffold"]
+__all__ = ["SUBMIT_SENTINEL", "BashScaffold", "ToolScaffold", "make_scaffold"]
 
 
 def make_scaffold(config: AgentConfig) -> Scaffold:
     """The scaffold named by `config.scaffold`."""
     if config.scaffold == "bash":
         return BashScaffold(config)
+    if config.scaffold == "tools":
+        return ToolScaffold(config)
     raise ValueError(f"unknown scaffold {config.scaffold!r}")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 
 from agents.config import AgentConfig
-from agents.prompts import render, truncate_middle
+from agents.prompts import render, strip_thinking, truncate_middle
 from agents.protocol import Action, FormatError, Observation
-from envs.protocol import CommandResult
+from envs.protocol import CommandResult, Sandbox
 from swefleet.types import Task
 
 SUBMIT_SENTINEL = "SWEFLEET_SUBMIT"
@@ -39,7 +39,7 @@ class BashScaffold:
     def parse_action(self, text: str, finish_reason: str) -> Action:
         if "\ufffd" in text:
             raise FormatError("the reply contains bytes that are not valid UTF-8")
-        blocks = _BLOCK.findall(_strip_thinking(text))
+        blocks = _BLOCK.findall(strip_thinking(text))
         if not blocks:
             raise FormatError("no ```bash block found")
         if len(blocks) > 1:
@@ -49,10 +49,18 @@ class BashScaffold:
             raise FormatError("the ```bash block is empty")
         return Action(command=command)
 
+    async def execute(self, action: Action, sandbox: Sandbox, timeout_s: float) -> Observation:
+        return self.observe(action, await sandbox.run(action.command, timeout_s=timeout_s))
+
     def observe(self, action: Action, result: CommandResult) -> Observation:
-        output, elided = truncate_middle(result.output, self.config.observation_max_chars)
-        text = render("bash/observation.j2", result=result, output=output, elided_chars=elided)
-        return Observation(text=text, truncated_chars=elided, submitted=is_submission(result))
+        text, elided = render_command_result(result, self.config.observation_max_chars)
+        return Observation(
+            text=text,
+            truncated_chars=elided,
+            submitted=is_submission(result),
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+        )
 
     def format_error(self, error: FormatError, finish_reason: str) -> str:
         return render(
@@ -63,15 +71,14 @@ class BashScaffold:
         )
 
 
+def render_command_result(result: CommandResult, max_chars: int) -> tuple[str, int]:
+    """`<returncode>` + `<output>` text of a command (output cut in the middle past
+    `max_chars`) and the number of characters elided."""
+    output, elided = truncate_middle(result.output, max_chars)
+    return render("bash/observation.j2", result=result, output=output, elided_chars=elided), elided
+
+
 def is_submission(result: CommandResult) -> bool:
     """First output line is exactly the sentinel and the command exited 0."""
     lines = result.output.lstrip().splitlines()
     return result.exit_code == 0 and bool(lines) and lines[0].strip() == SUBMIT_SENTINEL
-
-
-def _strip_thinking(text: str) -> str:
-    """Only the text after a closed `<think>...</think>` holds the action; an unclosed
-    `<think>` means everything after it is thinking."""
-    if "</think>" in text:
-        return text.rpartition("</think>")[2]
-    return text.partition("<think>")[0]

@@ -121,3 +121,15 @@ async def test_scripted_model_cuts_at_max_tokens_and_raises(tok):
         async with asyncio.timeout(0.01):
             await model.generate([1], max_tokens=5)
     assert len(model.requests) == 3
+
+
+def test_turn_records_from_before_the_command_fields_still_load():
+    old = {
+        "prompt_ids": [1], "completion_ids": [2], "logprobs": [-0.1], "policy_version": 0,
+        "finish_reason": "stop", "latency_s": 0.1, "action": "ls", "observation": "x",
+        "observation_truncated_chars": 0, "new_sample": False, "routed_experts": None,
+    }  # fmt: skip
+    turn = Turn.model_validate_json(json.dumps(old))
+    assert (turn.exit_code, turn.action_s, turn.action_timed_out) == (None, 0.0, False)
+    new = turn.model_copy(update={"exit_code": 2, "action_s": 0.25, "action_timed_out": True})
+    assert Turn.model_validate_json(new.model_dump_json()) == new

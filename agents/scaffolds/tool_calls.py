@@ -1,0 +1,122 @@
+"""Qwen3-style tool calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in the
+reply text, checked against the tool schemas in `agents/prompts/tools/tools.json`.
+
+Exactly one call per reply. Everything that keeps a reply from being one valid call (no call,
+several, an unclosed tag, invalid JSON, an unknown tool, missing / extra / mistyped arguments)
+raises `FormatError` with a message that says what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agents.prompts import PROMPTS_DIR, strip_thinking
+from agents.protocol import Action, FormatError
+
+TOOLS_FILE = PROMPTS_DIR / "tools" / "tools.json"
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_OPEN = "<tool_call>"
+
+
+class _Arguments(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class BashArgs(_Arguments):
+    command: str = Field(min_length=1)
+
+
+class ViewArgs(_Arguments):
+    path: str = Field(min_length=1)
+    view_range: list[int] | None = Field(default=None, min_length=2, max_length=2)
+
+
+class StrReplaceArgs(_Arguments):
+    path: str = Field(min_length=1)
+    old_str: str
+    new_str: str
+
+
+class SubmitArgs(_Arguments):
+    pass
+
+
+#: Argument model of every tool; must agree with `tools.json` (checked by the unit tests).
+ARGUMENTS: dict[str, type[_Arguments]] = {
+    "bash": BashArgs,
+    "view": ViewArgs,
+    "str_replace": StrReplaceArgs,
+    "submit": SubmitArgs,
+}
+
+
+@cache
+def tool_schemas() -> tuple[dict[str, Any], ...]:
+    """The OpenAI tool schemas shown to the model (from `tools.json`)."""
+    return tuple(json.loads(TOOLS_FILE.read_text(encoding="utf-8")))
+
+
+def parse_tool_call(text: str) -> Action:
+    """The one tool call in `text` as a validated `Action`; `FormatError` otherwise."""
+    if "\ufffd" in text:
+        raise FormatError("the reply contains bytes that are not valid UTF-8")
+    body = _one_call(strip_thinking(text))
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise FormatError(
+            f"the tool call is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    name, raw = _name_and_arguments(call)
+    try:
+        arguments = ARGUMENTS[name].model_validate(raw).model_dump(exclude_none=True)
+    except ValidationError as exc:
+        raise FormatError(f"bad arguments for {name}: {_errors(exc)}") from None
+    if name == "bash" and not arguments["command"].strip():
+        raise FormatError("bad arguments for bash: command is empty")
+    return Action(
+        tool=name,
+        arguments=arguments,
+        command=arguments["command"] if name == "bash" else "",
+        submit=name == "submit",
+    )
+
+
+def _one_call(text: str) -> str:
+    calls = _CALL.findall(text)
+    opened = text.count(_OPEN)
+    if not calls:
+        if opened:
+            raise FormatError("a <tool_call> was opened but not closed with </tool_call>")
+        raise FormatError("no <tool_call> found")
+    if max(opened, len(calls)) > 1:
+        raise FormatError(f"found {max(opened, len(calls))} tool calls; exactly one is allowed")
+    return calls[0].strip()
+
+
+def _name_and_arguments(call: object) -> tuple[str, dict[str, Any]]:
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise FormatError('the tool call must be a JSON object with a string "name"')
+    extra = sorted(set(call) - {"name", "arguments"})
+    if extra:
+        raise FormatError(f'unexpected keys {extra} in the tool call; use "name" and "arguments"')
+    name = call["name"]
+    if name not in ARGUMENTS:
+        raise FormatError(f"unknown tool {name!r}; the tools are {', '.join(ARGUMENTS)}")
+    arguments = call.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise FormatError('"arguments" must be a JSON object')
+    return name, arguments
+
+
+def _errors(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "arguments"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
