@@ -106,28 +106,32 @@ class RLLoop:
         await self.ready.put(group)
 
     async def _await_group(self, runs: list[asyncio.Task], handles: list[RolloutHandle]) -> None:
-        """Wait for the group; once half of it has finished, members still running after
-        `straggler_grace` x the slowest finished member's time are cut (cancelled, masked)."""
-        t0 = time.monotonic()
+        """Wait for the group; once half of it has finished, a member still running after
+        `straggler_grace` x the slowest finished member's duration (each timed from its own
+        start) is cut: cancelled, masked, counted."""
+        grace = self.cfg.straggler_grace
         pending, slowest = set(runs), 0.0
         quorum = (len(runs) + 1) // 2
+        by_run = dict(zip(runs, handles))
         while pending:
-            timeout = None
-            if self.cfg.straggler_grace is not None and len(runs) - len(pending) >= quorum:
-                timeout = max(0.0, t0 + slowest * self.cfg.straggler_grace - time.monotonic())
+            cut_at = {}
+            if grace is not None and len(runs) - len(pending) >= quorum:
+                cut_at = {r: by_run[r].started_at + grace * slowest for r in pending
+                          if by_run[r].started_at is not None}
+            timeout = max(0.0, min(cut_at.values()) - time.monotonic()) if cut_at else None
             done, pending = await asyncio.wait(pending, timeout=timeout,
                                                return_when=asyncio.FIRST_COMPLETED)
-            if done:
-                slowest = time.monotonic() - t0
-                continue
-            for run, handle in zip(runs, handles):
-                if run in pending:
-                    handle.drop_reason = EpisodeStatus.cancelled
-                    handle.drop_note = f"straggler cut after {time.monotonic() - t0:.1f}s"
-                    self._count_drop("straggler")
-                    run.cancel()
-            await asyncio.wait(pending)
-            return
+            for r in done:
+                h = by_run[r]
+                if h.started_at is not None and h.drop_reason is None:
+                    slowest = max(slowest, time.monotonic() - h.started_at)
+            now = time.monotonic()
+            for r in [r for r in pending if r in cut_at and cut_at[r] <= now]:
+                h = by_run[r]
+                h.drop_reason = EpisodeStatus.cancelled
+                h.drop_note = f"straggler cut after {now - h.started_at:.1f}s"
+                self._count_drop("straggler")
+                r.cancel()
 
     async def _run_episode(self, task: Task, group_id: str,
                            handle: RolloutHandle) -> Trajectory | None:
@@ -135,6 +139,7 @@ class RLLoop:
             if handle.drop_reason is not None:
                 return None
             handle.start_version = self.state.served_version
+            handle.started_at = time.monotonic()
             self.state.in_flight[handle.episode_id] = handle
             self.state.tasks[handle.episode_id] = asyncio.current_task()
             try:

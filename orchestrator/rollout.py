@@ -32,6 +32,8 @@ class RolloutHandle:
     drop_reason: EpisodeStatus | None = None
     """Set before cancelling the episode to say why (dropped_stale, cancelled)."""
     drop_note: str = ""
+    started_at: float | None = None
+    """`time.monotonic()` when the episode got its slot and started."""
     """Detail recorded as the trajectory's reason when the scheduler drops the episode."""
 
 
