@@ -1,0 +1,181 @@
+"""Sandbox layer costs: per-command overhead, warm vs cold acquire, many sessions at once.
+
+    python benchmarks/sandbox.py [--commands 300] [--baseline-commands 40] [--acquires 5]
+                                 [--concurrent 32] [--image swefleet-base:bookworm]
+
+- exec: `true` in the persistent session of a `DockerSandbox` (one socket write, one framed
+  reply; no `docker exec`), p50/p99 of the round trip seen by the caller;
+- baseline: one `docker exec -w /testbed <id> bash -lc true` per command, the way
+  mini-swe-agent's `DockerEnvironment.execute` runs actions (its class is used when
+  `minisweagent` is importable, otherwise the same CLI call);
+- acquire: `farm.acquire(task)` until the sandbox is usable, with the warm pool off (cold) and
+  on (warm: the pool refilled between acquires);
+- concurrent: `--concurrent` sessions acquired at once, each running 20 commands that check
+  cwd/env persistence; errors are counted.
+
+Every container is labelled with this run and removed at the end. The last line is one JSON
+object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from envs.config import FarmConfig, SandboxLimits
+from envs.farm import DockerFarm
+from envs.images import DEFAULT_BASE_IMAGE
+from swefleet.types import Task
+
+LIMITS = SandboxLimits(memory_mb=256, pids_limit=128, cpus=1.0, lifetime_s=1800)
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _task(image: str) -> Task:
+    return Task(instance_id="bench-1", repo="bench/bench", problem_statement="-", image=image)
+
+
+async def bench_exec(farm: DockerFarm, task: Task, n: int) -> list[float]:
+    async with farm.acquire(task) as sb:
+        for _ in range(20):  # warm-up
+            await sb.run("true")
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            r = await sb.run("true")
+            times.append(time.perf_counter() - t0)
+            assert r.exit_code == 0
+    return times
+
+
+class _DockerExecPerCommand:
+    """mini-swe-agent's DockerEnvironment when importable, else the same CLI calls."""
+
+    def __init__(self, image: str, run_id: str) -> None:
+        run_args = ["--rm", "--network", "none", "--label", f"swefleet.run={run_id}"]
+        try:
+            from minisweagent.environments.docker import DockerEnvironment
+
+            self.env = DockerEnvironment(image=image, cwd="/testbed", run_args=run_args)
+        except ImportError:
+            self.env = None
+            self.cid = subprocess.run(
+                ["docker", "run", "-d", *run_args, image, "sleep", "900"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+
+    def execute(self, command: str) -> None:
+        if self.env is not None:
+            self.env.execute(command)
+            return
+        argv = ["docker", "exec", "-w", "/testbed", self.cid, "bash", "-lc", command]
+        subprocess.run(argv, capture_output=True, timeout=30, check=True)
+
+    def cleanup(self) -> None:
+        if self.env is not None:
+            self.env.cleanup()
+        else:
+            subprocess.run(["docker", "rm", "-f", self.cid], capture_output=True, check=False)
+
+
+def bench_baseline(image: str, run_id: str, n: int) -> list[float]:
+    """One `docker exec` per command (mini-swe-agent's DockerEnvironment)."""
+    env = _DockerExecPerCommand(image, run_id)
+    try:
+        env.execute("true")
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            env.execute("true")
+            times.append(time.perf_counter() - t0)
+        return times
+    finally:
+        env.cleanup()
+
+
+async def bench_acquire(run_id: str, task: Task, n: int, warm: bool) -> list[float]:
+    cfg = FarmConfig(limits=LIMITS, warm_pool_size=1 if warm else 0, create_rate_per_s=50)
+    key = (task.image, LIMITS, task.workdir)
+    times = []
+    async with DockerFarm(f"{run_id}-{'warm' if warm else 'cold'}", cfg) as farm:
+        for _ in range(n + (1 if warm else 0)):
+            while warm and farm.pool.idle(key) < 1 and times:
+                await asyncio.sleep(0.05)
+            t0 = time.perf_counter()
+            async with farm.acquire(task) as sb:
+                await sb.run("true")
+                times.append(time.perf_counter() - t0)
+    return times[1:] if warm else times  # the first warm acquire is necessarily cold
+
+
+async def bench_concurrent(run_id: str, task: Task, n: int) -> tuple[int, float]:
+    cfg = FarmConfig(limits=LIMITS, max_concurrent=n, create_rate_per_s=20)
+    errors = 0
+
+    async def session(i: int) -> None:
+        nonlocal errors
+        try:
+            async with farm.acquire(task) as sb:
+                await sb.run(f"mkdir -p /tmp/s{i} && cd /tmp/s{i} && export N={i}")
+                for _ in range(20):
+                    r = await sb.run('echo "$N $PWD"')
+                    errors += r.output != f"{i} /tmp/s{i}\n"
+        except Exception as e:  # noqa: BLE001 - counted, reported
+            errors += 1
+            print(f"session {i}: {type(e).__name__}: {e}", file=sys.stderr)
+
+    t0 = time.perf_counter()
+    async with DockerFarm(f"{run_id}-conc", cfg) as farm:
+        await asyncio.gather(*(session(i) for i in range(n)))
+    return errors, time.perf_counter() - t0
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--image", default=DEFAULT_BASE_IMAGE)
+    ap.add_argument("--commands", type=int, default=300)
+    ap.add_argument("--baseline-commands", type=int, default=40)
+    ap.add_argument("--acquires", type=int, default=5)
+    ap.add_argument("--concurrent", type=int, default=32)
+    args = ap.parse_args()
+    run_id, task = f"bench-sandbox-{uuid.uuid4().hex[:8]}", _task(args.image)
+
+    async with DockerFarm(run_id, FarmConfig(limits=LIMITS)) as farm:
+        exec_t = await bench_exec(farm, task, args.commands)
+    base_t = await asyncio.to_thread(bench_baseline, args.image, run_id, args.baseline_commands)
+    cold_t = await bench_acquire(run_id, task, args.acquires, warm=False)
+    warm_t = await bench_acquire(run_id, task, args.acquires, warm=True)
+    errors, conc_s = await bench_concurrent(run_id, task, args.concurrent)
+
+    p50, base50 = statistics.median(exec_t), statistics.median(base_t)
+    result = {
+        "exec_p50_ms": round(p50 * 1e3, 3),
+        "exec_p99_ms": round(_pct(exec_t, 0.99) * 1e3, 3),
+        "baseline_exec_p50_ms": round(base50 * 1e3, 3),
+        "exec_speedup": round(base50 / p50, 1),
+        "acquire_warm_p50_ms": round(statistics.median(warm_t) * 1e3, 2),
+        "acquire_cold_p50_ms": round(statistics.median(cold_t) * 1e3, 2),
+        "concurrent_sessions": args.concurrent,
+        "concurrent_errors": errors,
+        "concurrent_wall_s": round(conc_s, 2),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

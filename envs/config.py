@@ -1,0 +1,115 @@
+"""Configs of the Docker sandbox layer: per-sandbox limits and the farm that hands sandboxes out.
+
+A task may override any limit: `Task(..., sandbox={"memory_mb": 4096})` (tasks allow extra
+fields); `SandboxLimits.for_task` merges the override into the farm's defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Name of the optional Task field that overrides `SandboxLimits` for that task.
+TASK_LIMITS_FIELD = "sandbox"
+
+DEFAULT_SESSION_ENV = {
+    "PAGER": "cat",
+    "MANPAGER": "cat",
+    "GIT_PAGER": "cat",
+    "LESS": "-R",
+    "TERM": "dumb",
+    "PIP_PROGRESS_BAR": "off",
+    "PIP_NO_INPUT": "1",
+    "TQDM_DISABLE": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "LANG": "C.UTF-8",
+}
+
+
+class SandboxLimits(BaseModel):
+    """Resource and isolation limits of one sandbox container (all enforced by Docker)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpus: float = Field(1.0, gt=0)
+    """CPU quota in cores (`--cpus`)."""
+    memory_mb: int = Field(2048, ge=16)
+    """Memory limit in MiB; swap is set to the same value, so there is no extra swap."""
+    pids_limit: int = Field(512, ge=16)
+    """Maximum number of processes/threads in the container (`--pids-limit`); stops fork bombs."""
+    lifetime_s: float = Field(4 * 3600, gt=0)
+    """Maximum lifetime: PID 1 is `sleep <lifetime_s>`, so the container ends (and is removed) by
+    itself even if the farm crashed. The reaper also removes containers past this age."""
+    network: bool = False
+    """Give the container a network (Docker's default bridge). Off by default: `--network none`."""
+    user: str = "agent"
+    """User that runs agent commands, file writes and patches (the image's uid 1000 `agent`).
+    PID 1 runs as the image's user (root without capabilities), out of the agent's reach."""
+    tmpfs_mb: int | None = Field(None, ge=1)
+    """When set, `/tmp` is a tmpfs of this size (it counts against `memory_mb`)."""
+    disk_mb: int | None = Field(None, ge=64)
+    """When set, the writable layer is capped (`--storage-opt size=`); needs overlay2 on xfs with
+    pquota, or devicemapper. Left unset, disk is bounded only by the host."""
+    nofile: int = Field(4096, ge=64)
+    """Open-file limit (`ulimit -n`) inside the container."""
+
+    @classmethod
+    def for_task(cls, defaults: SandboxLimits, task: Any) -> SandboxLimits:
+        """`defaults` with the task's `sandbox` override (a dict of fields) merged in."""
+        extra = getattr(task, "model_extra", None) or {}
+        override = extra.get(TASK_LIMITS_FIELD)
+        if not override:
+            return defaults
+        return cls.model_validate({**defaults.model_dump(), **dict(override)})
+
+
+class FarmConfig(BaseModel):
+    """How the farm creates, pools, limits and reaps sandboxes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    """Default limits of every sandbox (a task may override them, see `SandboxLimits.for_task`)."""
+    max_concurrent: int = Field(8, ge=1)
+    """Most sandboxes handed out at once; `acquire` waits for a free slot (warm-pool sandboxes
+    waiting to be handed out do not count)."""
+    create_rate_per_s: float = Field(4.0, gt=0)
+    """Most container creations per second (cold and warm-pool together); protects the daemon."""
+    create_attempts: int = Field(3, ge=1)
+    """Attempts to create and start a sandbox before `InfraError` (daemon errors, a container that
+    died during start-up)."""
+    warm_pool_size: int = Field(0, ge=0)
+    """Pre-started sandboxes kept per (image, limits); refilled in the background after every
+    hand-out. 0 turns the pool off."""
+    warm_ttl_s: float = Field(600.0, gt=0)
+    """A warm sandbox older than this is removed instead of handed out (must be well below
+    `limits.lifetime_s`)."""
+    command_timeout_s: float = Field(120.0, gt=0)
+    """Default per-command timeout; on expiry the command's process group is killed inside the
+    container and the session stays usable."""
+    output_max_bytes: int = Field(32768, ge=256)
+    """Output kept per command: the first and last halves; the middle is replaced by a marker
+    saying how many bytes were cut."""
+    output_kill_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """A command that writes more than this is killed (its output is still capped as above)."""
+    kill_grace_s: float = Field(5.0, gt=0)
+    """After killing a timed-out command, how long to wait for the shell to report back before the
+    session is restarted (state such as cwd is then lost)."""
+    session_start_timeout_s: float = Field(30.0, gt=0)
+    """Deadline for the shell session of a new sandbox to answer."""
+    docker_timeout_s: float = Field(120.0, gt=0)
+    """Timeout of one Docker API call."""
+    reap_interval_s: float = Field(60.0, gt=0)
+    """Period of the reaper that removes containers past their lifetime (any run) and containers of
+    dead runs."""
+    reap_grace_s: float = Field(60.0, ge=0)
+    """Extra age beyond `lifetime_s` before the reaper removes a container that should have ended."""
+    session_env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SESSION_ENV))
+    """Environment of the agent's shell session (pagers off, progress bars off, UTF-8)."""
+
+    @model_validator(mode="after")
+    def _ttl_below_lifetime(self) -> FarmConfig:
+        if self.warm_pool_size and self.warm_ttl_s >= self.limits.lifetime_s / 2:
+            raise ValueError("warm_ttl_s must be below half of limits.lifetime_s")
+        return self

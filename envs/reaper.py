@@ -1,0 +1,92 @@
+"""Removing what crashed or finished runs left behind, found by label (never by name).
+
+Blocking functions (the farm runs them in a thread); `remove_run_containers` is safe to call
+from a signal handler or `atexit`: it makes its own client and does not touch asyncio.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from envs import containers as c
+
+log = logging.getLogger(__name__)
+
+
+def owner_alive(labels: dict[str, str]) -> bool | None:
+    """Whether the process that created a container still lives; None if it is on another host
+    or the labels do not say."""
+    if labels.get(c.LABEL_OWNER_HOST) != socket.gethostname():
+        return None
+    try:
+        pid = int(labels.get(c.LABEL_OWNER_PID, ""))
+    except ValueError:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    started = labels.get(c.LABEL_OWNER_START, "")
+    return not started or c.process_start_time(pid) == started  # a reused pid is not the owner
+
+
+def _remove_all(client: Any, ids: list[str]) -> list[str]:
+    removed = []
+    for cid in ids:
+        try:
+            if c.remove_container(client, cid):
+                removed.append(cid)
+        except Exception as e:  # noqa: BLE001 - keep reaping the others; reported below
+            log.warning("reaper could not remove %s: %s: %s", cid[:12], type(e).__name__, e)
+    return removed
+
+
+def reap_dead_runs(client: Any, keep_run: str | None = None) -> list[str]:
+    """Remove containers whose owner process (on this host) is dead. Returns removed ids."""
+    doomed = []
+    for rec in c.list_sandboxes(client):
+        labels = rec.get("Labels") or {}
+        if labels.get(c.LABEL_RUN) != keep_run and owner_alive(labels) is False:
+            doomed.append(rec["Id"])
+    removed = _remove_all(client, doomed)
+    if removed:
+        log.info("reaper: removed %d container(s) of dead runs", len(removed))
+    return removed
+
+
+def reap_expired(client: Any, grace_s: float = 60.0, now: float | None = None) -> list[str]:
+    """Remove containers of any run past their `expires_at` label (+ grace), and sandboxes
+    that already exited."""
+    now = time.time() if now is None else now
+    doomed = []
+    for rec in c.list_sandboxes(client):
+        labels = rec.get("Labels") or {}
+        try:
+            expires = float(labels.get(c.LABEL_EXPIRES, "inf"))
+        except ValueError:
+            expires = float("inf")
+        exited = rec.get("State") in ("exited", "dead") and labels.get(c.LABEL_KIND) == "sandbox"
+        if expires + grace_s < now or exited:
+            doomed.append(rec["Id"])
+    removed = _remove_all(client, doomed)
+    if removed:
+        log.info("reaper: removed %d expired container(s)", len(removed))
+    return removed
+
+
+def remove_run_containers(run_id: str, client: Any | None = None) -> int:
+    """Remove every container of `run_id` (sync). Returns how many were removed."""
+    client = client or c.docker_client(timeout_s=30)
+    ids = [rec["Id"] for rec in c.list_sandboxes(client, run_id)]
+    return len(_remove_all(client, ids))
+
+
+def leftover_containers(client: Any, run_id: str | None = None) -> list[str]:
+    """Ids of swefleet containers (of `run_id`, or all) that still exist."""
+    return [rec["Id"] for rec in c.list_sandboxes(client, run_id)]

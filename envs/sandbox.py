@@ -1,0 +1,345 @@
+"""`DockerSandbox`: one hardened container with a persistent shell session (the `Sandbox` protocol).
+
+    async with await DockerSandbox.create(client, image, run_id="r1", config=cfg) as sb:
+        result = await sb.run("cd src && pytest -x", timeout_s=60)
+        patch = await sb.diff()
+
+The container's PID 1 is `sleep <lifetime>` under tini, so it ends and is removed by itself;
+`close()` removes it earlier. Docker and container failures raise `InfraError` subclasses, never
+a failed `CommandResult`; a missing file is the agent's business (`FileNotFoundError`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import posixpath
+import shlex
+import time
+import uuid
+from typing import Any, Self
+
+from envs import containers
+from envs.config import FarmConfig, SandboxLimits
+from envs.protocol import CommandResult, InfraError
+from envs.session import SessionDied, ShellSession
+
+log = logging.getLogger(__name__)
+
+#: Files that `diff()` never reports (caches written by running the tests).
+DIFF_EXCLUDES = (
+    ":(exclude,glob)**/__pycache__/**",
+    ":(exclude,glob)**/*.pyc",
+    ":(exclude,glob)**/.pytest_cache/**",
+)
+
+
+class DockerError(InfraError):
+    """The Docker daemon failed a request (after the caller's retries)."""
+
+
+class ImageMissing(InfraError):
+    """The image does not exist locally (swefleet never pulls); retrying will not help."""
+
+
+class ContainerDied(InfraError):
+    """The sandbox's container is gone or stopped (lifetime over, OOM of PID 1, removed)."""
+
+
+def _docker_errors() -> tuple[type[BaseException], ...]:
+    import docker.errors
+    import requests.exceptions
+
+    return (
+        docker.errors.APIError,
+        docker.errors.DockerException,
+        requests.exceptions.RequestException,
+    )
+
+
+class DockerSandbox:
+    """A running container plus its shell session. Create with `DockerSandbox.create`."""
+
+    def __init__(
+        self,
+        client: Any,
+        container_id: str,
+        *,
+        image: str,
+        limits: SandboxLimits,
+        config: FarmConfig,
+        workdir: str,
+    ) -> None:
+        self.client = client
+        self.container_id = container_id
+        self.image = image
+        self.limits = limits
+        self.config = config
+        self.workdir = workdir
+        self.created = time.monotonic()
+        self.closed = False
+        self.session = ShellSession(
+            self._open_exec,
+            start_timeout_s=config.session_start_timeout_s,
+            kill_grace_s=config.kill_grace_s,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    async def create(
+        cls,
+        client: Any,
+        image: str,
+        *,
+        run_id: str,
+        config: FarmConfig,
+        limits: SandboxLimits | None = None,
+        workdir: str = "/testbed",
+        instance_id: str = "",
+    ) -> DockerSandbox:
+        """Start a container and its shell. Cancellation-safe: nothing is left running."""
+        limits = limits or config.limits
+        labels = containers.sandbox_labels(run_id, limits.lifetime_s, instance_id)
+        kwargs = containers.run_kwargs(image, limits, labels)
+        started = asyncio.ensure_future(asyncio.to_thread(_run_container, client, kwargs))
+        try:
+            container_id = await asyncio.shield(started)
+        except asyncio.CancelledError:
+            started.add_done_callback(lambda f: _remove_later(client, f))
+            raise
+        except _docker_errors() as e:
+            import docker.errors
+
+            if isinstance(e, docker.errors.ImageNotFound):
+                raise ImageMissing(f"image {image} not found (swefleet never pulls)") from e
+            raise DockerError(f"create {image}: {type(e).__name__}: {e}") from e
+        sb = cls(client, container_id, image=image, limits=limits, config=config, workdir=workdir)
+        try:
+            async with asyncio.timeout(config.session_start_timeout_s):
+                await sb.session.start()
+        except BaseException as e:
+            await asyncio.shield(sb.close())
+            if isinstance(e, (SessionDied, TimeoutError, *_docker_errors())):
+                raise InfraError(f"shell did not start in {image}: {type(e).__name__}: {e}") from e
+            raise
+        return sb
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.shield(self.close())
+
+    async def close(self) -> None:
+        """Close the session and remove the container (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        await self.session.close()
+        try:
+            await asyncio.to_thread(containers.remove_container, self.client, self.container_id)
+        except _docker_errors() as e:
+            raise DockerError(f"remove {self.container_id[:12]}: {e}") from e
+
+    async def _open_exec(self, argv: list[str]) -> Any:
+        return await asyncio.to_thread(
+            containers.open_exec_socket,
+            self.client,
+            self.container_id,
+            argv,
+            user=self.limits.user,
+            workdir=self.workdir,
+            env={"USER": self.limits.user, **self.config.session_env},
+        )
+
+    async def is_running(self) -> bool:
+        import docker.errors
+
+        try:
+            info = await asyncio.to_thread(self.client.api.inspect_container, self.container_id)
+        except docker.errors.NotFound:
+            return False
+        return bool(info["State"]["Running"])
+
+    # -- commands --------------------------------------------------------------------------
+
+    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
+        """Run in the persistent shell (cwd/env persist). Timeout -> killed, `exit_code` None."""
+        return await self._run(command, timeout_s, self.config.output_max_bytes, persist=True)
+
+    async def _run(
+        self,
+        command: str,
+        timeout_s: float | None,
+        max_bytes: int,
+        persist: bool,
+    ) -> CommandResult:
+        if self.closed:
+            raise InfraError("sandbox is closed")
+        timeout = timeout_s if timeout_s is not None else self.config.command_timeout_s
+        try:
+            return await self.session.run(
+                command, timeout, max_bytes, self.config.output_kill_bytes, persist=persist
+            )
+        except SessionDied as e:
+            return await self._after_shell_died(e)
+        except _docker_errors() as e:
+            raise DockerError(f"{type(e).__name__}: {e}") from e
+
+    async def _after_shell_died(self, e: SessionDied) -> CommandResult:
+        """The shell ended mid-command: infra if the container is gone, else a fresh shell."""
+        if not await self.is_running():
+            raise ContainerDied(f"container {self.container_id[:12]} is gone: {e}") from e
+        log.info("shell of %s ended (%s); restarting it", self.container_id[:12], e)
+        try:
+            await self.session.restart()
+        except (SessionDied, TimeoutError, *_docker_errors()) as err:
+            raise InfraError(f"shell could not be restarted: {type(err).__name__}: {err}") from err
+        partial = e.partial or CommandResult(output="", exit_code=-1)
+        note = "[swefleet: the shell ended; a new shell was started, cwd/env reset]"
+        sep = "" if not partial.output or partial.output.endswith("\n") else "\n"
+        return partial.model_copy(update={"output": partial.output + sep + note, "exit_code": -1})
+
+    async def exec(
+        self,
+        script: str,
+        timeout_s: float = 60.0,
+        user: str | None = None,
+    ) -> CommandResult:
+        """Run `bash -c script` in a fresh exec (clean env, cwd = workdir), outside the session.
+
+        `output` is stdout followed by stderr."""
+        out, err, rc, timed_out, took = await self._exec_raw(script, timeout_s, user)
+        return CommandResult(
+            output=(out + err).decode("utf-8", errors="replace"),
+            exit_code=None if timed_out else rc,
+            timed_out=timed_out,
+            duration_s=took,
+        )
+
+    async def _exec_raw(
+        self,
+        script: str,
+        timeout_s: float,
+        user: str | None = None,
+    ) -> tuple[bytes, bytes, int, bool, float]:
+        start = time.monotonic()
+        try:
+            rc, out, err = await asyncio.to_thread(
+                containers.exec_once,
+                self.client,
+                self.container_id,
+                script,
+                user=user or self.limits.user,
+                workdir=self.workdir,
+                env=self.config.session_env,
+                timeout_s=timeout_s,
+            )
+        except _docker_errors() as e:
+            await self._raise_if_dead(e)
+            raise DockerError(f"exec: {type(e).__name__}: {e}") from e
+        took = time.monotonic() - start
+        return out, err, rc, rc == 137 and took >= timeout_s, took
+
+    async def _raise_if_dead(self, cause: BaseException) -> None:
+        if not await self.is_running():
+            raise ContainerDied(f"container {self.container_id[:12]} is gone") from cause
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _abs(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.workdir, path))
+
+    async def read_file(self, path: str) -> bytes:
+        """Bytes of a file (relative paths are relative to the workdir); follows symlinks."""
+        import docker.errors
+
+        target = self._abs(path)
+        for _ in range(8):
+            try:
+                chunks, _stat = await asyncio.to_thread(
+                    self.client.api.get_archive, self.container_id, target
+                )
+                return await asyncio.to_thread(containers.untar_one_file, chunks, target)
+            except containers.SymlinkFound as link:
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(target), link.args[0]))
+            except docker.errors.NotFound as e:
+                await self._raise_if_dead(e)
+                raise FileNotFoundError(target) from e
+            except _docker_errors() as e:
+                raise DockerError(f"read {target}: {e}") from e
+        raise OSError(f"too many levels of symbolic links: {path}")
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write a file owned by the sandbox user; parent directories are created."""
+        import docker.errors
+
+        target = self._abs(path)
+        parent, name = posixpath.split(target)
+        tar = containers.tar_one_file(name, data, self.session.uid, self.session.gid, mode)
+        for attempt in range(2):
+            try:
+                ok = await asyncio.to_thread(
+                    self.client.api.put_archive, self.container_id, parent, tar
+                )
+                if not ok:
+                    raise DockerError(f"write {target}: put_archive refused")
+                return
+            except docker.errors.NotFound as e:
+                await self._raise_if_dead(e)
+                if attempt:
+                    raise FileNotFoundError(parent) from e
+                made = await self.exec(f"mkdir -p -- {shlex.quote(parent)}", timeout_s=30)
+                if made.exit_code != 0:
+                    raise PermissionError(f"cannot create {parent}: {made.output.strip()}") from e
+            except _docker_errors() as e:
+                raise DockerError(f"write {target}: {e}") from e
+
+    async def apply_patch(self, patch: str, timeout_s: float = 60.0) -> CommandResult:
+        """Apply a unified diff in the workdir: `git apply`, falling back to `patch --fuzz`.
+
+        Returns the result of the last attempt; `exit_code == 0` means applied."""
+        path = f"/tmp/swefleet-{uuid.uuid4().hex}.patch"
+        await self.write_file(path, patch.encode())
+        q = shlex.quote(path)
+        script = (
+            f"git apply --verbose {q} || git apply --verbose --3way {q} "
+            f"|| patch --batch --forward --fuzz=5 -p1 -i {q}; rc=$?; rm -f {q}; exit $rc"
+        )
+        return await self.exec(script, timeout_s=timeout_s)
+
+    async def diff(self) -> str:
+        """Patch of the workdir against its state at start-up, new files included.
+
+        Uses a throw-away index, so the agent's index and session are untouched."""
+        base = self.session.head_commit or "HEAD"
+        excludes = " ".join(shlex.quote(x) for x in DIFF_EXCLUDES)
+        script = (
+            "set -e; export GIT_INDEX_FILE=/tmp/.swefleet-index-$$; "
+            "trap 'rm -f \"$GIT_INDEX_FILE\"' EXIT; "
+            'cp "$(git rev-parse --git-dir)/index" "$GIT_INDEX_FILE" 2>/dev/null || true; '
+            f"git add -A -- . {excludes}; git diff --cached --no-color --binary {base}"
+        )
+        out, err, rc, _, _ = await self._exec_raw(script, 120)
+        if rc != 0:
+            raise InfraError(f"git diff failed ({rc}): {err.decode(errors='replace')[-2000:]}")
+        return out.decode("utf-8", errors="replace")
+
+
+def _run_container(client: Any, kwargs: dict[str, Any]) -> str:
+    """Create and start (never `containers.run`: it pulls missing images)."""
+    container = client.containers.create(**kwargs)
+    try:
+        container.start()
+    except BaseException:
+        containers.remove_container(client, container.id)
+        raise
+    return container.id
+
+
+def _remove_later(client: Any, fut: asyncio.Future[str]) -> None:
+    """Done-callback of a creation whose caller was cancelled: remove what it made."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    asyncio.ensure_future(asyncio.to_thread(containers.remove_container, client, fut.result()))

@@ -1,0 +1,107 @@
+"""The shell session's wire protocol without Docker: framing, end markers, capping, quoting, and
+the bash side run by a local bash (state persistence and unsets)."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+from envs import shell
+
+pytestmark = pytest.mark.unit
+
+
+def _frame(stream: int, payload: bytes) -> bytes:
+    return bytes([stream, 0, 0, 0]) + struct.pack(">I", len(payload)) + payload
+
+
+def test_demux_reassembles_frames_split_anywhere():
+    wire = _frame(1, b"hello ") + _frame(2, b"err\n") + _frame(1, b"world")
+    for cut in range(len(wire) + 1):
+        d = shell.Demux()
+        frames = d.feed(wire[:cut]) + d.feed(wire[cut:])
+        assert frames == [(1, b"hello "), (2, b"err\n"), (1, b"world")]
+
+
+def test_capture_finds_the_end_tag_across_chunks_and_keeps_the_rest():
+    tag = shell.end_tag("abc", 7)
+    data = b"out\nno newline" + tag + b"3:0\nlate background output"
+    for cut in range(len(data) + 1):
+        cap = shell.OutputCapture(tag, 1000)
+        early = cap.feed(data[:cut])
+        later = data[cut:] if early else b""  # bytes after the end are not fed (pending)
+        assert early or cap.feed(data[cut:])
+        assert cap.rc == 3 and not cap.pids_full
+        assert cap.result() == ("out\nno newline", 0)
+        assert cap.rest + later == b"late background output"
+
+
+def test_capture_keeps_head_and_tail_and_counts_the_cut():
+    tag = shell.end_tag("n", 1)
+    cap = shell.OutputCapture(tag, 10)
+    for i in range(100):
+        cap.feed(f"{i:03d}\n".encode())
+    cap.feed(tag + b"0:1\n")
+    text, cut = cap.result()
+    assert cut == 400 - 10 and cap.pids_full
+    assert text == "000\n0\n[... 390 bytes cut ...]\n\n099\n"
+
+
+def test_capture_replaces_invalid_utf8():
+    tag = shell.end_tag("n", 1)
+    cap = shell.OutputCapture(tag, 100)
+    cap.feed(b"a\xff\xfeb\xe2\x82\xac" + tag + b"0:0\n")
+    assert cap.result()[0] == "a\ufffd\ufffdb\u20ac"
+
+
+@pytest.mark.parametrize("text", ["echo hi", "it's a \\ test", "a\nb\tc", "é€ \x01\x7f", "$x `y`"])
+def test_ansi_c_quote_round_trips_through_bash(text):
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    out = subprocess.run(
+        ["bash", "-c", f"printf %s {shell.ansi_c_quote(text)}"], capture_output=True, check=True
+    ).stdout
+    assert out == text.encode()
+    assert shell.ansi_c_quote(text).isascii()
+
+
+def _session(*commands: str) -> list[tuple[str, int]]:
+    """Run the protocol through a local bash; (output, rc) per command."""
+    script = shell.bootstrap_text("t") + b"".join(
+        shell.command_text("t", i, c) for i, c in enumerate(commands, 1)
+    )
+    out = subprocess.run(
+        ["bash", "--noprofile", "--norc"],
+        input=script,
+        capture_output=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    results = []
+    for i in range(1, len(commands) + 1):
+        cap = shell.OutputCapture(shell.end_tag("t", i), 10_000)
+        out = out[out.index(b"\n", out.index(b":READY:")) + 1 :] if i == 1 else out
+        assert cap.feed(out)
+        results.append((cap.result()[0], cap.rc))
+        out = cap.rest
+    return results
+
+
+def test_state_persists_and_unsets_propagate_in_a_local_bash(tmp_path):
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    results = _session(
+        f"cd {tmp_path} && export A=1 && b=2 && f() {{ echo fn; }}",
+        'echo "$PWD $A $b"; f; unset A; exit 5',
+        'echo "${A-unset} $b"; set -e; false',
+        "echo still; (exit 3)",
+    )
+    assert results == [
+        ("", 0),
+        (f"{tmp_path} 1 2\nfn\n", 5),
+        ("unset 2\n", 1),
+        ("still\n", 3),
+    ]
