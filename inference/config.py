@@ -10,6 +10,44 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
+class ConcurrencyConfig(BaseModel):
+    """Adaptive in-flight limit per server from its KV-cache usage (`inference/concurrency.py`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    """Poll every server's `/metrics` and cap its in-flight requests (AIMD on
+    `vllm:kv_cache_usage_perc`); requests over every cap wait in the client. Off: no cap."""
+    initial_inflight: int = Field(64, ge=1)
+    """Starting limit per server that exposes the KV-usage gauge."""
+    min_inflight: int = Field(1, ge=1)
+    """Floor of a limit."""
+    max_inflight: int = Field(1024, ge=1)
+    """Ceiling of a limit; also the limit of servers without the gauge."""
+    poll_interval_s: float = Field(1.0, gt=0)
+    """Seconds between two `/metrics` polls of one server."""
+    grow_below: float = Field(0.6, gt=0, le=1)
+    """Additive increase while KV usage is below this and the limit binds."""
+    cut_above: float = Field(0.85, gt=0, le=1)
+    """Multiplicative decrease when KV usage is above this."""
+    increase: float = Field(4.0, gt=0)
+    """Requests added to a binding limit per poll."""
+    decrease_factor: float = Field(0.7, gt=0, lt=1)
+    """Factor of a cut."""
+    binding_fraction: float = Field(0.9, gt=0, le=1)
+    """A limit binds when in-flight requests reach this fraction of it."""
+    cooldown_s: float = Field(3.0, ge=0)
+    """Least time between two cuts of one server (the gauge lags behind admissions)."""
+
+    @model_validator(mode="after")
+    def _order(self) -> ConcurrencyConfig:
+        if not self.min_inflight <= self.initial_inflight <= self.max_inflight:
+            raise ValueError("need min_inflight <= initial_inflight <= max_inflight")
+        if self.grow_below >= self.cut_above:
+            raise ValueError("grow_below must be below cut_above")
+        return self
+
+
 class InferenceConfig(BaseModel):
     """Where generation runs and how the fleet client talks to it."""
 
@@ -35,6 +73,15 @@ class InferenceConfig(BaseModel):
     """Most sequences the embedded engine decodes together; later requests wait in its queue."""
     max_queue: int = Field(0, ge=0)
     """Most requests waiting in an embedded engine's queue before it answers 503; 0: no limit."""
+    kv_mode: Literal["auto", "dynamic", "static"] = "auto"
+    """Embedded engine KV cache: `static` (preallocated slots, batched prefill, CUDA-graph decode;
+    dense Qwen3/Qwen2/Llama models), `dynamic` (transformers' own forward, any model); `auto` is
+    static on CUDA when the model allows it, dynamic otherwise."""
+    kv_capacity: int = Field(0, ge=0)
+    """Static cache tokens per sequence slot (prompt + completion); 0: the model's max length,
+    lowered so `max_batch_size` slots fit half the free GPU memory."""
+    cuda_graphs: bool = True
+    """Replay static-cache decode steps as CUDA graphs (one capture per batch/width bucket)."""
     startup_timeout_s: float = Field(300.0, gt=0)
     """Deadline for an embedded server to load its model and answer `/health`."""
     request_timeout_s: float = Field(600.0, gt=0)
@@ -70,6 +117,18 @@ class InferenceConfig(BaseModel):
     empty sends none."""
     max_connections: int = Field(1024, ge=1)
     """Most open HTTP connections of the client over all servers and pools."""
+    server_api: Literal["swefleet", "vllm"] = "swefleet"
+    """Weight-update API of the servers: `swefleet` (embedded/scripted: POST /update_weights,
+    versions in /health and in answers) or `vllm` (vLLM 0.26 with `VLLM_SERVER_DEV_MODE=1` and
+    the swefleet worker extension: /pause?mode=keep|abort, /collective_rpc
+    `update_weights_from_path`, /resume; see docs/vllm.md)."""
+    cache_salt: bool = True
+    """Send `cache_salt` = `cache_salt_prefix` + the server's policy version with every request:
+    vLLM's prefix cache then never serves KV blocks computed by older weights."""
+    cache_salt_prefix: str = "swefleet-policy-v"
+    """Prefix of the per-version `cache_salt` (make it unique per run if servers are shared)."""
+    concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
+    """Adaptive per-server in-flight limits from KV-cache usage."""
     http_pool_shards: int = Field(16, ge=1)
     """Independent HTTP connection pools that requests rotate over. httpcore spends CPU linear
     in a pool's size on every request, so at hundreds of concurrent requests several smaller

@@ -15,6 +15,13 @@ reason:
 Retries (tenacity) happen only after connection errors (refused, reset, closed before the
 answer) and HTTP 502/503, at most `retry_budget` per request, each on another server when one
 is live; a refused server is skipped for `server_cooldown_s`. Routing: `inference/routing.py`.
+
+Every attempt carries `cache_salt` = prefix + the server's policy version (vLLM keeps prefix
+cache hits within one weights version). With `concurrency.enabled`, a background task polls each
+server's `/metrics` and an AIMD controller (`inference/concurrency.py`) sets per-server in-flight
+limits from KV-cache usage; a request finding every eligible server at its limit waits (inside
+its deadline). Weight updates speak either the swefleet API or vLLM 0.26's dev routes
+(`server_api`, docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from inference.concurrency import AIMDController, parse_kv_usage
 from inference.config import InferenceConfig
 from inference.protocol import CancelReason, Completion, RequestCancelled
 from inference.routing import Router, ServerState, percentile
@@ -106,6 +114,7 @@ class _Call:
     tried: set[str] = field(default_factory=set)
     server: ServerState | None = None
     retries: int = 0
+    waited: bool = False
 
 
 class FleetClient:
@@ -124,6 +133,13 @@ class FleetClient:
         self._versions_known = False
         self._refreshed_at = -1e9
         self._refresh_lock = asyncio.Lock()
+        self._limiters: dict[str, AIMDController] = {}
+        if cfg.concurrency.enabled:
+            for server in self.servers:
+                self._limiters[server.url] = limiter = AIMDController(cfg.concurrency)
+                server.limit = limiter.cap
+        self._room = asyncio.Event()
+        self._poller: asyncio.Task | None = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -132,6 +148,10 @@ class FleetClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
         await asyncio.gather(*(pool.aclose() for pool in self._pools))
 
     # ---- ModelClient ----
@@ -151,6 +171,8 @@ class FleetClient:
             time.monotonic(),
         )
         self.totals["requests"] += 1
+        if self._limiters and self._poller is None:
+            self._poller = asyncio.create_task(self._poll_metrics(), name="fleet-metrics-poll")
         try:
             async with asyncio.timeout(self.config.request_timeout_s):
                 completion = await self._retrying(call)(self._attempt, call)
@@ -193,6 +215,9 @@ class FleetClient:
         timeout = httpx.Timeout(self.config.update_timeout_s, connect=self.config.connect_timeout_s)
 
         async def one(server: ServerState) -> None:
+            if self.config.server_api == "vllm":
+                await self._update_vllm(server, version, str(path), abort, timeout)
+                return
             resp = await self._http.post(f"{server.url}/update_weights", json=body, timeout=timeout)
             if resp.status_code != 200:
                 raise WeightUpdateError(f"{server.url}: HTTP {resp.status_code} {resp.text[:300]}")
@@ -210,6 +235,33 @@ class FleetClient:
                 f"update to v{version} failed on {len(errors)} server(s): " + "; ".join(errors)
             )
 
+    async def _update_vllm(
+        self, server: ServerState, version: int, path: str, abort: bool, timeout: httpx.Timeout
+    ) -> None:
+        """vLLM 0.26 dev routes: pause (keep or abort in-flight requests), run the worker
+        extension's `update_weights_from_path` on every worker, resume (always)."""
+        url = server.url
+
+        async def post(route: str, **kwargs) -> httpx.Response:
+            resp = await self._http.post(f"{url}{route}", timeout=timeout, **kwargs)
+            if resp.status_code != 200:
+                raise WeightUpdateError(f"{url}{route}: HTTP {resp.status_code} {resp.text[:300]}")
+            return resp
+
+        await post("/pause", params={"mode": "abort" if abort else "keep"})
+        try:
+            rpc = {
+                "method": "update_weights_from_path",
+                "args": [path, str(version)],  # the route passes strings only
+                "timeout": self.config.update_timeout_s,
+            }
+            results = (await post("/collective_rpc", json=rpc)).json().get("results")
+            if not results or any(str(r) != str(version) for r in results):
+                raise WeightUpdateError(f"{url}: workers answered {results}, expected {version}")
+        finally:
+            await post("/resume")
+        server.version = version
+
     def release_episode(self, episode_id: str) -> None:
         """Forget an episode's server affinity (call when the episode ends)."""
         self._router.forget(episode_id)
@@ -226,6 +278,8 @@ class FleetClient:
         out = {f"infer/{key}": float(n) for key, n in self.totals.items()}
         out["infer/in_flight"] = float(sum(s.in_flight for s in self.servers))
         out["infer/live_servers"] = float(sum(s.live(time.monotonic()) for s in self.servers))
+        if self._limiters:
+            out["infer/inflight_limit"] = float(sum(s.limit for s in self.servers))
         out["infer/latency_p50_s"] = percentile(latencies, 50)
         out["infer/latency_p99_s"] = percentile(latencies, 99)
         return out
@@ -246,6 +300,8 @@ class FleetClient:
         )
 
     async def _route(self, call: _Call) -> ServerState:
+        if self._limiters:
+            await self._wait_for_room(call)
         now = time.monotonic()
         server = self._router.pick(call.episode_id, call.min_version, call.tried, now)
         if server is None:
@@ -263,9 +319,13 @@ class FleetClient:
         call.tried.add(server.url)
         server.attempts += 1
         server.in_flight += 1
+        sent_version = server.version
+        body = call.body
+        if self.config.cache_salt:
+            body = {**body, "cache_salt": f"{self.config.cache_salt_prefix}{server.version or 0}"}
         try:
             pool = self._pools[next(self._next_pool) % len(self._pools)]
-            resp = await pool.post(f"{server.url}/v1/completions", json=call.body)
+            resp = await pool.post(f"{server.url}/v1/completions", json=body)
         except CONNECTION_ERRORS as exc:
             server.failures += 1
             server.down_until = time.monotonic() + self.config.server_cooldown_s
@@ -276,8 +336,14 @@ class FleetClient:
             ) from exc
         finally:
             server.in_flight -= 1
+            if self._limiters:
+                self._room.set()
         if resp.status_code in RETRYABLE_STATUS:
             server.failures += 1
+            if resp.status_code == 503 and server.url in self._limiters:
+                limiter = self._limiters[server.url]
+                limiter.overloaded(time.monotonic())
+                server.limit = limiter.cap
             raise _Retryable(
                 f"{server.url}: HTTP {resp.status_code} {resp.text[:200]}", resp.status_code
             )
@@ -288,9 +354,11 @@ class FleetClient:
                 CancelReason.server_error,
                 f"{server.url}: HTTP {resp.status_code} {resp.text[:300]}",
             )
-        return self._completion(call, server, resp.content)
+        return self._completion(call, server, resp.content, sent_version)
 
-    def _completion(self, call: _Call, server: ServerState, content: bytes) -> Completion:
+    def _completion(
+        self, call: _Call, server: ServerState, content: bytes, sent_version: int | None = None
+    ) -> Completion:
         data = CompletionResponse.model_validate_json(content)
         choice = data.choices[0]
         ids = choice.token_ids
@@ -303,9 +371,12 @@ class FleetClient:
         final = data.policy_version_final if data.policy_version_final is not None else version
         server.version = max(server.version or 0, final)
         if choice.finish_reason == "abort":
+            # vLLM gives no abort reason: an abort while the client changed the server's weights
+            # (pause mode=abort) is a stale answer too
+            updated = data.abort_reason is None and server.version != sent_version
             reason = (
                 CancelReason.stale
-                if data.abort_reason == "weight_update"
+                if data.abort_reason == "weight_update" or updated
                 else CancelReason.shutdown
             )
             raise RequestCancelled(reason, f"{server.url}: aborted ({data.abort_reason})")
@@ -338,6 +409,44 @@ class FleetClient:
         if call.server is not None:
             call.server.drops[reason.value] += 1
         return RequestCancelled(reason, detail)
+
+    async def _wait_for_room(self, call: _Call) -> None:
+        """Wait while every live eligible server is at its in-flight limit."""
+        while True:
+            now = time.monotonic()
+            live = [s for s in self._router.eligible(call.min_version) if s.live(now)]
+            if not live or any(s.has_room() for s in live):
+                return
+            if not call.waited:
+                call.waited = True
+                self.totals["concurrency_waits"] += 1
+            self._room.clear()
+            try:  # re-check now and then: servers may come back or change version meanwhile
+                await asyncio.wait_for(self._room.wait(), 0.5)
+            except TimeoutError:
+                pass
+
+    async def _poll_metrics(self) -> None:
+        """Feed each server's KV-cache usage to its AIMD controller, forever."""
+        interval = self.config.concurrency.poll_interval_s
+        while True:
+            await asyncio.gather(*(self._poll_one(s) for s in self.servers))
+            self._room.set()
+            await asyncio.sleep(interval)
+
+    async def _poll_one(self, server: ServerState) -> None:
+        try:
+            resp = await self._http.get(
+                f"{server.url}/metrics", timeout=self.config.connect_timeout_s
+            )
+        except httpx.HTTPError:
+            return  # down or slow: keep the limit; the request path handles liveness
+        if resp.status_code != 200:
+            return
+        limiter = self._limiters[server.url]
+        limiter.observe(parse_kv_usage(resp.text), server.in_flight, time.monotonic())
+        server.limit = limiter.cap
+        self.totals["metrics_polls"] += 1
 
     async def _health(self, server: ServerState) -> None:
         try:

@@ -24,8 +24,8 @@ from typing import Self
 
 import httpx
 
-from swefleet.procs import die_with_parent
 from inference.config import InferenceConfig
+from swefleet.procs import die_with_parent
 
 
 class ServerStartError(RuntimeError):
@@ -170,6 +170,9 @@ def start_embedded_server(
     policy_version: int = 0,
     threads: int = 0,
     startup_timeout_s: float = 300.0,
+    kv_mode: str = "auto",
+    kv_capacity: int = 0,
+    cuda_graphs: bool = True,
 ) -> ServerHandle:
     """Start `python -m inference.engine.server` on `model_dir` and wait until it is healthy."""
     argv = [
@@ -194,6 +197,11 @@ def start_embedded_server(
         str(policy_version),
         "--threads",
         str(threads),
+        "--kv-mode",
+        kv_mode,
+        "--kv-capacity",
+        str(kv_capacity),
+        *([] if cuda_graphs else ["--no-cuda-graphs"]),
     ]
     return start_server(argv, host=host, log_path=log_path, startup_timeout_s=startup_timeout_s)
 
@@ -213,6 +221,9 @@ def start_configured_server(
         max_queue=config.max_queue,
         threads=config.cpu_threads,
         startup_timeout_s=config.startup_timeout_s,
+        kv_mode=config.kv_mode,
+        kv_capacity=config.kv_capacity,
+        cuda_graphs=config.cuda_graphs,
     )
 
 
@@ -238,8 +249,10 @@ def start_scripted_server(
     policy_version: int = 0,
     log_path: str | Path | None = None,
     startup_timeout_s: float = 60.0,
+    kv_capacity: int = 0,
 ) -> ServerHandle:
-    """Start the model-free `inference.scripted_server` (tests, benchmarks)."""
+    """Start the model-free `inference.scripted_server` (tests, benchmarks); `kv_capacity` > 0
+    makes it expose `vllm:kv_cache_usage_perc` = in-flight requests / kv_capacity."""
     argv = [
         sys.executable,
         "-m",
@@ -250,5 +263,7 @@ def start_scripted_server(
         str(delay_s),
         "--policy-version",
         str(policy_version),
+        "--kv-capacity",
+        str(kv_capacity),
     ]
     return start_server(argv, log_path=log_path, startup_timeout_s=startup_timeout_s)

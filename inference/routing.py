@@ -2,7 +2,8 @@
 
 Rule: among servers whose known policy version satisfies the request, prefer live servers this
 request has not tried yet, then any live one, then (all down) the one that comes back first.
-Within that pool take the least outstanding requests; an episode sticks to its previous server
+Within that pool prefer servers under their in-flight limit (adaptive concurrency, see
+`inference/concurrency.py`; no limit by default), then take the least outstanding requests; an episode sticks to its previous server
 (prefix-cache reuse) while that server has at most `max_imbalance` more requests in flight than
 the least loaded one.
 """
@@ -31,6 +32,8 @@ class ServerState:
     version: int | None = None
     """Last policy version the server reported (/health, a completion, update_weights)."""
     in_flight: int = 0
+    limit: int = 1 << 30
+    """Most requests in flight the client allows this server (adaptive concurrency)."""
     down_until: float = 0.0
     """Monotonic time before which the server is skipped (after a refused connection)."""
     attempts: int = 0
@@ -44,10 +47,14 @@ class ServerState:
     def live(self, now: float) -> bool:
         return self.down_until <= now
 
+    def has_room(self) -> bool:
+        return self.in_flight < self.limit
+
     def snapshot(self, now: float) -> dict:
         lat = list(self.latencies)
         return {
             "in_flight": self.in_flight,
+            "inflight_limit": self.limit,
             "policy_version": self.version,
             "live": self.live(now),
             "attempts": self.attempts,
@@ -86,6 +93,7 @@ class Router:
             return None
         live = [s for s in eligible if s.live(now)]
         pool = [s for s in live if s.url not in tried] or live
+        pool = [s for s in pool if s.has_room()] or pool
         if not pool:
             server = min(eligible, key=lambda s: s.down_until)
         else:

@@ -7,7 +7,7 @@
   we answer those with 400), `max_tokens` (default 16), `temperature` (None -> 1.0), `top_p`
   (None -> 1.0), `seed`, `logprobs` (int >= 0: the sampled token's logprob plus the top
   `logprobs` alternatives), `stop_token_ids`, `ignore_eos`, `return_token_ids`,
-  `skip_special_tokens`; fields we do not implement (`n` > 1, `stream`, `stop` strings, `echo`,
+  `skip_special_tokens`, `cache_salt` (accepted, no prefix cache here); fields we do not implement (`n` > 1, `stream`, `stop` strings, `echo`,
   `top_k`, `min_p`, `min_tokens`, penalties, `logit_bias`, `prompt_logprobs`) are answered
   with 400 unless neutral; other unknown fields are ignored, as vLLM does;
 - response `choices[0]` has `text`, `token_ids` (generated ids, EOS/stop id included, as vLLM),
@@ -53,6 +53,9 @@ class CompletionRequest(BaseModel):
     n: int = 1
     stream: bool = False
     skip_special_tokens: bool = True
+    cache_salt: str | None = None
+    """vLLM: prefix-cache salt (the fleet sends one per policy version); the embedded engine has
+    no prefix cache and ignores it."""
     # vLLM sampling fields the engine does not implement: refused (400) unless left neutral,
     # so a caller never silently gets a different distribution than it asked for.
     stop: str | list[str] | None = None

@@ -1,10 +1,12 @@
 """The embedded engine: one generation thread doing continuous batching over a transformers model.
 
 Requests wait in a FIFO queue. Each round the thread (1) applies cancellations and weight
-updates, (2) admits waiting sequences up to `max_batch_size`, prefilling each alone with its own
-KV cache and sampling its first token, (3) runs one batched decode step over every running
-sequence (left-padded KV batch, see `kvbatch.py`). Finished sequences leave the batch at once and
-new ones join at the next round, so a long request never holds a short one back.
+updates, (2) admits waiting sequences up to `max_batch_size`, prefilling them and sampling their
+first token, (3) runs one batched decode step over every running sequence. Finished sequences
+leave the batch at once and new ones join at the next round, so a long request never holds a
+short one back. The KV cache is a backend (`backends.py`): `dynamic` (transformers' forward,
+left-padded batch of per-prompt caches, any model) or `static` (preallocated slots, batched
+prefill, CUDA-graph decode; Llama-family models); `auto` takes static on CUDA when it can.
 
 All methods except the thread's own are thread-safe; results are delivered by calling each
 request's `on_done` from the generation thread (the server turns that into an asyncio future).
@@ -12,7 +14,6 @@ request's `on_done` from the generation thread (the server turns that into an as
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 import threading
@@ -24,7 +25,7 @@ from typing import Any
 
 import torch
 
-from inference.engine.kvbatch import KVBatch
+from inference.engine.backends import KVMode, make_backend
 from inference.engine.sampling import RowParams, make_generator, sample
 from inference.engine.weights import StagedWeights, apply_weights
 
@@ -118,25 +119,34 @@ class Engine:
         max_batch_size: int = 16,
         max_queue: int = 0,
         policy_version: int = 0,
+        kv_mode: KVMode = "dynamic",
+        kv_capacity: int = 0,
+        cuda_graphs: bool = True,
     ) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         self.eos_ids = eos_ids
-        self.max_model_len = max_model_len
+        self._kv = make_backend(
+            model,
+            mode=kv_mode,
+            max_batch_size=max_batch_size,
+            max_model_len=max_model_len,
+            kv_capacity=kv_capacity,
+            cuda_graphs=cuda_graphs,
+        )
+        self.kv_mode = type(self._kv).__name__
+        self.max_model_len = self._kv.max_len
         self.max_batch_size = max_batch_size
         self.max_queue = max_queue
         self.policy_version = policy_version
         self.counters = EngineCounters()
         self.error: BaseException | None = None
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._cv = threading.Condition()
         self._waiting: deque[_Seq] = deque()
         self._seqs: dict[str, _Seq] = {}
         self._cancels: set[str] = set()
         self._updates: list[_Update] = []
         self._running: list[_Seq] = []
-        self._batch = KVBatch()
         self._stopping = False
         self._ids = itertools.count()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
@@ -157,6 +167,11 @@ class Engine:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stopping
+
+    def kv_usage(self) -> float | None:
+        """Static cache: fraction of its token slots in use; dynamic cache: None (it grows)."""
+        usage = getattr(self._kv, "usage", None)
+        return usage() if usage else None
 
     def load(self) -> tuple[int, int]:
         """(running, waiting) right now."""
@@ -251,8 +266,8 @@ class Engine:
         for update in updates:
             self._apply_update(update)
         with torch.inference_mode():
-            for seq in admit:
-                self._prefill(seq)
+            if admit:
+                self._prefill(admit)
             if self._running:
                 self._decode_step()
         return True
@@ -283,38 +298,23 @@ class Engine:
         self.counters.weight_updates += 1
         self._call(update.on_done, UpdateResult(update.version, aborted, time.monotonic() - t0))
 
-    def _prefill(self, seq: _Seq) -> None:
-        from transformers import DynamicCache
-
-        seq.version_start = self.policy_version
-        cache = DynamicCache(config=self.model.config)
-        ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
-        if self._emit([seq], out.logits[:, -1].float()):
-            return
-        self._batch.add(cache, len(seq.prompt_ids))
-        self._running.append(seq)
+    def _prefill(self, seqs: list[_Seq]) -> None:
+        for seq in seqs:
+            seq.version_start = self.policy_version
+        logits = self._kv.prefill([s.prompt_ids for s in seqs])
+        self._running += seqs
+        finished = {len(self._running) - len(seqs) + i for i in self._emit(seqs, logits)}
+        self._keep([i for i in range(len(self._running)) if i not in finished])
 
     def _decode_step(self) -> None:
-        mask, positions = self._batch.step_inputs()
-        ids = torch.tensor(
-            [[s.token_ids[-1]] for s in self._running], dtype=torch.long, device=self.device
-        )
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{self._cache_kw: self._batch.cache},
-        )
-        self._batch.commit_step(mask)
+        logits = self._kv.decode([s.token_ids[-1] for s in self._running])
         self.counters.decode_steps += 1
         self.counters.decode_rows += len(self._running)
-        finished = self._emit(self._running, out.logits[:, -1].float())
+        finished = self._emit(self._running, logits)
         self._keep([i for i in range(len(self._running)) if i not in finished])
 
     def _keep(self, rows: list[int]) -> None:
-        self._batch.keep(rows)
+        self._kv.keep(rows)
         self._running = [self._running[i] for i in rows]
 
     def _emit(self, seqs: list[_Seq], logits: torch.Tensor) -> set[int]:
@@ -373,7 +373,7 @@ class Engine:
             self._waiting.clear()
             updates, self._updates = self._updates, []
         self._running = []
-        self._batch = KVBatch()
+        self._kv.reset()
         for seq in seqs:
             if isinstance(why, BaseException):
                 self._seqs.pop(seq.id, None)

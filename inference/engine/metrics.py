@@ -85,4 +85,14 @@ def render(engine: Engine, model_name: str) -> str:
             [(lab, c.decode_rows)],
         ),
     ]
+    usage = engine.kv_usage()
+    if usage is not None:
+        blocks.append(
+            _line(
+                "vllm:kv_cache_usage_perc",
+                "gauge",
+                "Static KV cache token slots in use, 1 = full.",
+                [(lab, usage)],
+            )
+        )
     return "\n".join(blocks) + "\n"

@@ -284,6 +284,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--policy-version", type=int, default=0, help="version of the initial weights")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch default")
+    p.add_argument(
+        "--kv-mode",
+        default="auto",
+        choices=["auto", "dynamic", "static"],
+        help="KV cache backend; auto: static (CUDA graphs) on CUDA for Llama-family models",
+    )
+    p.add_argument(
+        "--kv-capacity", type=int, default=0, help="static cache tokens per slot; 0: auto"
+    )
+    p.add_argument("--no-cuda-graphs", action="store_true", help="static cache, eager decode")
     p.add_argument("--served-model-name", default="")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
@@ -308,7 +318,11 @@ def main(argv: list[str] | None = None) -> None:
         max_batch_size=args.max_batch_size,
         max_queue=args.max_queue,
         policy_version=args.policy_version,
+        kv_mode=args.kv_mode,
+        kv_capacity=args.kv_capacity,
+        cuda_graphs=not args.no_cuda_graphs,
     )
+    loaded.max_model_len = engine.max_model_len
     engine.start()
     app = create_app(loaded, engine, args.served_model_name)
     log.info("serving %s on %s:%d", args.model, args.host, args.port)

@@ -1,4 +1,5 @@
-"""The embedded engine on CUDA: exact logprobs in float32, close ones in bfloat16, batching."""
+"""The embedded engine on CUDA, both KV backends (dynamic; static + CUDA graphs): exact logprobs
+in float32, close ones in bfloat16, batching."""
 
 from __future__ import annotations
 
@@ -25,9 +26,14 @@ def model_dir(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
 
 
-def make_engine(model_dir, dtype: str) -> Engine:
+KV_MODES = ["dynamic", "static"]
+
+
+def make_engine(model_dir, dtype: str, kv_mode: str = "dynamic") -> Engine:
     loaded = load_model(model_dir, device="cuda", dtype=dtype)
-    eng = Engine(loaded.model, loaded.eos_ids, max_model_len=4096, max_batch_size=16)
+    eng = Engine(
+        loaded.model, loaded.eos_ids, max_model_len=4096, max_batch_size=16, kv_mode=kv_mode
+    )
     eng.start()
     return eng
 
@@ -48,8 +54,9 @@ def run_all(engine: Engine, prompts: list[list[int]], **params) -> list[Generati
     return results
 
 
-def test_float32_logprobs_match_reference_and_batching(model_dir):
-    eng = make_engine(model_dir, "float32")
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+def test_float32_logprobs_match_reference_and_batching(model_dir, kv_mode):
+    eng = make_engine(model_dir, "float32", kv_mode)
     try:
         alone = [
             run_all(eng, [p], max_tokens=20, temperature=0.0, ignore_eos=True)[0] for p in PROMPTS
@@ -64,8 +71,9 @@ def test_float32_logprobs_match_reference_and_batching(model_dir):
         eng.shutdown()
 
 
-def test_bfloat16_logprobs_close_to_reference(model_dir):
-    eng = make_engine(model_dir, "auto")  # bfloat16 on CUDA
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+def test_bfloat16_logprobs_close_to_reference(model_dir, kv_mode):
+    eng = make_engine(model_dir, "auto", kv_mode)  # bfloat16 on CUDA
     try:
         assert next(eng.model.parameters()).dtype == torch.bfloat16
         results = run_all(eng, PROMPTS, max_tokens=20, seed=0, ignore_eos=True)
@@ -73,14 +81,15 @@ def test_bfloat16_logprobs_close_to_reference(model_dir):
         for prompt, r in zip(PROMPTS, results, strict=True):
             ref = reference_logprobs(eng.model, prompt, r.token_ids)
             worst = max(worst, *(abs(x - y) for x, y in zip(r.logprobs, ref, strict=True)))
-        print(f"bf16 batched vs full-forward max |dlogprob| = {worst:.4f}")
+        print(f"{kv_mode}: bf16 batched vs full-forward max |dlogprob| = {worst:.4f}")
         assert worst < 0.1
     finally:
         eng.shutdown()
 
 
-def test_decode_throughput_report(model_dir):
-    eng = make_engine(model_dir, "auto")
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+def test_decode_throughput_report(model_dir, kv_mode):
+    eng = make_engine(model_dir, "auto", kv_mode)
     try:
         run_all(eng, PROMPTS[:2], max_tokens=8, ignore_eos=True)  # warm up
         prompts = [list(range(10, 200)) for _ in range(16)]
@@ -89,7 +98,37 @@ def test_decode_throughput_report(model_dir):
         dt = time.perf_counter() - t0
         tokens = sum(len(r.token_ids) for r in results)
         steps, rows = eng.counters.decode_steps, eng.counters.decode_rows
-        print(f"16x128 tokens: {tokens / dt:.0f} tok/s, mean batch {rows / steps:.1f}")
+        print(f"{kv_mode}: 16x128 tokens: {tokens / dt:.0f} tok/s, mean batch {rows / steps:.1f}")
         assert tokens == 16 * 128
     finally:
         eng.shutdown()
+
+
+def test_static_graphs_equal_static_eager_while_sequences_join_and_leave(model_dir):
+    """CUDA-graph replay computes what the eager static forward computes, with rows of
+    different lengths joining and leaving (float32: same greedy tokens, logprobs within 1e-4)."""
+    loaded = load_model(model_dir, device="cuda", dtype="float32")
+    prompts = [list(range(5, 5 + n)) for n in (3, 300, 40, 7, 129, 64, 2, 90, 11, 257)]
+    out = {}
+    for graphs in (False, True):
+        eng = Engine(
+            loaded.model,
+            loaded.eos_ids,
+            max_model_len=1024,
+            max_batch_size=4,
+            kv_mode="static",
+            cuda_graphs=graphs,
+        )
+        eng.start()
+        try:
+            out[graphs] = [
+                (r.token_ids, r.logprobs)
+                for r in run_all(eng, prompts, max_tokens=300, temperature=0.0, ignore_eos=True)
+            ]
+            if graphs:
+                assert eng._kv.decoder.captures > 1
+        finally:
+            eng.shutdown()
+    for (ids_e, lp_e), (ids_g, lp_g) in zip(out[False], out[True], strict=True):
+        assert ids_e == ids_g
+        assert max(abs(a - b) for a, b in zip(lp_e, lp_g, strict=True)) < 1e-4

@@ -23,11 +23,15 @@ def model_dir(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
 
 
-@pytest.fixture()
-def engine(model_dir):
+@pytest.fixture(params=["dynamic", "static"])
+def engine(model_dir, request):
+    """Both KV backends: transformers' forward + dynamic cache, and our static-slot forward
+    (eager on CPU; the same code is replayed as CUDA graphs on GPUs, tests/gpu)."""
     torch.set_num_threads(1)
     loaded = load_model(model_dir)
-    eng = Engine(loaded.model, loaded.eos_ids, max_model_len=4096, max_batch_size=8)
+    eng = Engine(
+        loaded.model, loaded.eos_ids, max_model_len=4096, max_batch_size=8, kv_mode=request.param
+    )
     eng.start()
     yield eng
     eng.shutdown()
@@ -185,3 +189,57 @@ def test_shutdown_aborts_waiting_requests(model_dir):
     assert {(r.finish_reason, r.abort_reason) for r in results} == {("abort", "shutdown")}
     with pytest.raises(RuntimeError, match="not running"):
         eng.submit(PROMPTS[0], SamplingParams(max_tokens=3), lambda r: None)
+
+
+def test_static_backend_reports_kv_usage_and_refuses_over_capacity(model_dir):
+    from inference.engine.metrics import render
+
+    loaded = load_model(model_dir)
+    eng = Engine(
+        loaded.model,
+        loaded.eos_ids,
+        max_model_len=4096,
+        max_batch_size=2,
+        kv_mode="static",
+        kv_capacity=512,
+    )
+    assert eng.max_model_len == 512 and eng.kv_mode == "StaticKV"
+    with pytest.raises(ValueError, match="max_model_len"):
+        eng.submit([1] * 500, SamplingParams(max_tokens=13), lambda r: None)
+    eng.start()
+    try:
+        waiter = submit(eng, [1] * 100, max_tokens=400, ignore_eos=True)
+        deadline = time.monotonic() + 30
+        while eng.load()[0] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        usage = eng.kv_usage()
+        assert usage is not None and 100 / 1024 <= usage <= 500 / 1024
+        assert "vllm:kv_cache_usage_perc" in render(eng, "m")
+        assert len(waiter.get().token_ids) == 400
+        assert eng.kv_usage() == 0.0
+    finally:
+        eng.shutdown()
+    dynamic = Engine(loaded.model, loaded.eos_ids, max_model_len=4096, kv_mode="auto")
+    assert dynamic.kv_mode == "DynamicKV" and dynamic.kv_usage() is None  # auto on CPU
+
+
+def test_static_cache_forward_matches_transformers_logits(model_dir):
+    """Prefill of right-padded prompts and per-row decode positions give transformers' logits."""
+    from inference.engine.static import StaticCache
+
+    loaded = load_model(model_dir)
+    cache = StaticCache(loaded.model, slots=3, capacity=256)
+    prompts = [PROMPTS[1], PROMPTS[0], PROMPTS[3]]
+    with torch.inference_mode():
+        logits = cache.prefill(prompts, [2, 0, 1])
+        nxt = [int(t) for t in logits.argmax(-1)]
+        step = cache.decode(
+            torch.tensor([nxt[1], nxt[2], nxt[0]]),
+            torch.tensor([len(prompts[1]), len(prompts[2]), len(prompts[0])]),
+            width=256,
+        )
+        for i, (p, t) in enumerate(zip(prompts, nxt, strict=True)):
+            ref = loaded.model(input_ids=torch.tensor([p + [t]])).logits[0].float()
+            assert torch.allclose(logits[i], ref[-2], atol=1e-4)
+            row = [2, 0, 1][i]
+            assert torch.allclose(step[row], ref[-1], atol=1e-4)

@@ -1,0 +1,303 @@
+"""vLLM (0.26.0) production launch profiles: a typed config -> `vllm serve` arguments + environment.
+
+    cfg = VLLMConfig(model="Qwen/Qwen3-30B-A3B", tensor_parallel_size=4, fp8=True)
+    argv, env = serve_command(cfg, port=8000)          # ["vllm", "serve", MODEL, "--host", ...]
+    prefill, decode = disaggregated_profiles(cfg)      # two pools joined by a NIXL KV connector
+
+Every flag emitted here exists in vLLM 0.26.0's argument parser: `tests/unit/
+test_inference_vllm_args.py` parses `vllm/engine/arg_utils.py` and
+`vllm/entrypoints/openai/cli_args.py` of the 0.26.0 wheel with `ast` (no vLLM import) and
+checks every flag and every enumerated value of every profile below (`scripts/
+fetch_vllm_source.sh` fetches the source). What is and is not verified: docs/vllm.md.
+
+Mapping of the features (0.26.0 names):
+
+- parallelism: `--tensor-parallel-size`, `--data-parallel-size`, `--enable-expert-parallel`
+  (MoE experts sharded over TP x DP ranks instead of TP-sliced), `--enable-eplb`;
+- FP8: `--quantization fp8` (online dynamic FP8 weights of a bf16 checkpoint; leave it unset
+  for checkpoints that are already FP8) and `--kv-cache-dtype fp8`;
+- prefix caching: `--enable-prefix-caching` / `--no-enable-prefix-caching`; weight versions are
+  kept apart per request with `cache_salt` (fleet client), not by resetting the cache;
+- KV offloading GPU -> CPU: `--kv-offloading-size GiB --kv-offloading-backend native`, which
+  vLLM turns into an `OffloadingConnector` with `cpu_bytes_to_use`. GPU -> CPU -> disk: an
+  explicit `--kv-transfer-config` with `OffloadingConnector` + `spec_name:
+  TieringOffloadingSpec` and a `secondary_tiers: [{"type": "fs", "root_dir": ...}]` tier.
+  (`--swap-space` no longer exists in 0.26; `--cpu-offload-gb` offloads *weights*, not KV.)
+- disaggregated prefill/decode: both pools run `NixlConnector` (`kv_role: kv_both`); routing is
+  per phase (`inference/disagg.py`). With offloading too, a `MultiConnector` holds both;
+- `--max-model-len` (default 131072; beyond the model's native window set `yarn_factor`, which
+  becomes `--hf-overrides {"rope_parameters": {...yarn...}}`);
+- router replay: `--enable-return-routed-experts` (choices carry `routed_experts`);
+- weights: `--worker-extension-cls inference.vllm_worker.SwefleetWorkerExtension` and
+  `VLLM_SERVER_DEV_MODE=1`, which mounts vLLM's own `/collective_rpc`, `/pause`, `/resume`;
+  the fleet client calls `update_weights_from_path(path, version)` through `/collective_rpc`.
+
+Light module: pydantic only.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+VLLM_VERSION = "0.26.0"
+WORKER_EXTENSION = "inference.vllm_worker.SwefleetWorkerExtension"
+#: environment every profile needs: the dev routes (/collective_rpc, /pause, /resume)
+SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+class KVOffloadConfig(BaseModel):
+    """KV cache offloading below GPU memory (prefix-cache blocks evicted from the GPU)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_gib: float = Field(0.0, ge=0)
+    """CPU buffer for offloaded KV blocks in GiB (summed over TP ranks); 0: no offloading."""
+    disk_path: str = ""
+    """Directory for a third tier on disk (vLLM's `fs` secondary tier under
+    `TieringOffloadingSpec`); empty: GPU -> CPU only. Needs `cpu_gib` > 0."""
+    disk_io_threads: int = Field(16, ge=1)
+    """Read threads and write threads of the disk tier (each)."""
+    eviction_policy: Literal["lru", "arc"] = "lru"
+    """Eviction policy of the CPU tier."""
+
+    @model_validator(mode="after")
+    def _disk_needs_cpu(self) -> KVOffloadConfig:
+        if self.disk_path and not self.cpu_gib:
+            raise ValueError("kv_offload.disk_path needs kv_offload.cpu_gib > 0 (CPU is tier 1)")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.cpu_gib > 0
+
+
+class DisaggConfig(BaseModel):
+    """Disaggregated prefill/decode: two pools of servers joined by a KV connector."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connector: Literal["NixlConnector"] = "NixlConnector"
+    """KV connector moving prefilled blocks from the prefill pool to the decode pool."""
+    kv_buffer_device: Literal["cuda", "cpu"] = "cuda"
+    """Where the connector stages KV blocks (`cpu` when the NICs cannot read GPU memory)."""
+    prefill_servers: int = Field(1, ge=1)
+    """Servers in the prefill pool."""
+    decode_servers: int = Field(1, ge=1)
+    """Servers in the decode pool."""
+    side_channel_base_port: int = Field(5600, ge=1024, le=65000)
+    """`VLLM_NIXL_SIDE_CHANNEL_PORT` of the first server; each next server takes the next one."""
+
+
+class VLLMConfig(BaseModel):
+    """One vLLM server (or one pool of identical servers) of the rollout fleet."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    """HF repo id or local checkpoint directory."""
+    served_model_name: str = ""
+    """`model` name clients send; empty: vLLM uses `model`."""
+    host: str = "127.0.0.1"
+    """Interface the server binds to."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs one model replica is sliced over."""
+    data_parallel_size: int = Field(1, ge=1)
+    """Replicas inside one server (vLLM balances requests over them)."""
+    enable_expert_parallel: bool = False
+    """Shard MoE experts over the TP x DP ranks (EP) instead of slicing each expert by TP."""
+    enable_eplb: bool = False
+    """Expert-parallel load balancing (replicates hot experts); needs expert parallel."""
+    dtype: Literal["auto", "bfloat16", "float16"] = "bfloat16"
+    """Activation/weight dtype of unquantized layers."""
+    fp8: bool = False
+    """FP8 weights (`--quantization fp8`, dynamic per-tensor scales) for a bf16 checkpoint;
+    leave False for checkpoints already stored in FP8 (vLLM reads their quantization_config)."""
+    kv_cache_fp8: bool = False
+    """FP8 KV cache (`--kv-cache-dtype fp8`): twice the cached tokens, small logprob drift."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks of shared prefixes (multi-turn episodes, GRPO groups)."""
+    max_model_len: int = Field(131072, ge=1)
+    """Longest prompt + completion one request may have."""
+    yarn_factor: float | None = Field(None, gt=1)
+    """YaRN rope scaling factor, for `max_model_len` beyond the model's native window
+    (Qwen3: factor 4.0 over 32768 for 131072); None: no override."""
+    yarn_original_max_position_embeddings: int = Field(32768, ge=1)
+    """Native window YaRN scales from."""
+    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
+    """Fraction of each GPU vLLM may take (weights + activations + KV cache)."""
+    max_num_seqs: int = Field(512, ge=1)
+    """Most sequences scheduled in one step."""
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    """Token budget of one step (chunked prefill); None: vLLM's default."""
+    enforce_eager: bool = False
+    """Disable CUDA graphs / torch.compile (debugging only)."""
+    return_routed_experts: bool = False
+    """Return each token's routed experts in `choices[i].routed_experts` (router replay, R3)."""
+    max_logprobs: int = Field(20, ge=0)
+    """Largest `logprobs` a request may ask for."""
+    seed: int = 0
+    """Engine seed (per-request seeds still take precedence)."""
+    kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
+    """KV offloading GPU -> CPU (-> disk)."""
+    disagg: DisaggConfig | None = None
+    """Disaggregated prefill/decode pools; None: every server does both phases."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Appended verbatim (unverified) after the generated arguments."""
+
+    @model_validator(mode="after")
+    def _checks(self) -> VLLMConfig:
+        if self.enable_eplb and not self.enable_expert_parallel:
+            raise ValueError("enable_eplb needs enable_expert_parallel")
+        if self.return_routed_experts and (self.kv_offload.enabled or self.disagg):
+            # external KV hits carry no routing decisions (prime-rl rejects the same combination)
+            raise ValueError("return_routed_experts is incompatible with kv_offload and disagg")
+        return self
+
+
+def _rope_override(cfg: VLLMConfig) -> dict:
+    return {
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": cfg.yarn_factor,
+            "original_max_position_embeddings": cfg.yarn_original_max_position_embeddings,
+        }
+    }
+
+
+def offload_connector(kv: KVOffloadConfig) -> dict:
+    """`--kv-transfer-config` of vLLM's native offloading with a disk tier under the CPU one."""
+    tier = {
+        "type": "fs",
+        "root_dir": kv.disk_path,
+        "n_read_threads": kv.disk_io_threads,
+        "n_write_threads": kv.disk_io_threads,
+    }
+    return {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "spec_name": "TieringOffloadingSpec",
+            "cpu_bytes_to_use": int(kv.cpu_gib * (1 << 30)),
+            "eviction_policy": kv.eviction_policy,
+            "secondary_tiers": [tier],
+        },
+    }
+
+
+def nixl_connector(d: DisaggConfig) -> dict:
+    return {
+        "kv_connector": d.connector,
+        "kv_role": "kv_both",
+        "kv_buffer_device": d.kv_buffer_device,
+    }
+
+
+def kv_transfer_config(cfg: VLLMConfig) -> dict | None:
+    """The explicit connector config, or None where vLLM's own flags suffice (CPU-only
+    offloading uses `--kv-offloading-size`)."""
+    offload = offload_connector(cfg.kv_offload) if cfg.kv_offload.disk_path else None
+    if cfg.disagg is None:
+        return offload
+    nixl = nixl_connector(cfg.disagg)
+    if not cfg.kv_offload.enabled:
+        return nixl
+    offload = offload or {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": int(cfg.kv_offload.cpu_gib * (1 << 30))},
+    }
+    return {
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"connectors": [nixl, offload]},
+    }
+
+
+def serve_args(cfg: VLLMConfig, port: int) -> list[str]:
+    """`vllm serve` arguments after the model (flags verified against vLLM 0.26.0)."""
+    a = ["--host", cfg.host, "--port", str(port), "--dtype", cfg.dtype, "--seed", str(cfg.seed)]
+    if cfg.served_model_name:
+        a += ["--served-model-name", cfg.served_model_name]
+    a += ["--tensor-parallel-size", str(cfg.tensor_parallel_size)]
+    a += ["--data-parallel-size", str(cfg.data_parallel_size)]
+    if cfg.enable_expert_parallel:
+        a.append("--enable-expert-parallel")
+    if cfg.enable_eplb:
+        a.append("--enable-eplb")
+    if cfg.fp8:
+        a += ["--quantization", "fp8"]
+    if cfg.kv_cache_fp8:
+        a += ["--kv-cache-dtype", "fp8"]
+    a.append(
+        "--enable-prefix-caching" if cfg.enable_prefix_caching else "--no-enable-prefix-caching"
+    )
+    a += ["--max-model-len", str(cfg.max_model_len)]
+    if cfg.yarn_factor:
+        a += ["--hf-overrides", json.dumps(_rope_override(cfg))]
+    a += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    a += ["--max-num-seqs", str(cfg.max_num_seqs)]
+    if cfg.max_num_batched_tokens:
+        a += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
+    if cfg.enforce_eager:
+        a.append("--enforce-eager")
+    if cfg.return_routed_experts:
+        a.append("--enable-return-routed-experts")
+    # logprobs of the sampled tokens under the raw model distribution (what the trainer compares)
+    a += ["--logprobs-mode", "raw_logprobs", "--max-logprobs", str(cfg.max_logprobs)]
+    a += ["--worker-extension-cls", WORKER_EXTENSION]
+    connector = kv_transfer_config(cfg)
+    if cfg.kv_offload.enabled and connector is None:
+        a += ["--kv-offloading-size", str(cfg.kv_offload.cpu_gib)]
+        a += ["--kv-offloading-backend", "native"]
+    if connector is not None:
+        a += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]
+    return a + list(cfg.extra_args)
+
+
+def vllm_executable() -> str:
+    """`vllm` next to this interpreter, else on PATH, else the bare name."""
+    local = Path(sys.executable).with_name("vllm")
+    return str(local) if local.exists() else shutil.which("vllm") or "vllm"
+
+
+def serve_command(
+    cfg: VLLMConfig, port: int, *, index: int = 0, executable: str = ""
+) -> tuple[list[str], dict[str, str]]:
+    """Full argv and the extra environment of the `index`-th server of this profile."""
+    argv = [executable or vllm_executable(), "serve", cfg.model, *serve_args(cfg, port)]
+    env = dict(SERVER_ENV)
+    if cfg.disagg is not None:
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = cfg.host
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(cfg.disagg.side_channel_base_port + index)
+    return argv, env
+
+
+def disaggregated_profiles(cfg: VLLMConfig) -> tuple[VLLMConfig, VLLMConfig]:
+    """(prefill pool, decode pool) profiles of a config with `disagg` set.
+
+    The prefill pool needs no CUDA-graph-heavy decode settings; it keeps prefix caching (shared
+    prompts of a GRPO group are prefilled once). The decode pool receives blocks over NIXL.
+    Both run the same weights, so weight updates go to both pools (`inference/disagg.py`)."""
+    if cfg.disagg is None:
+        raise ValueError("disaggregated_profiles needs cfg.disagg")
+    prefill = cfg.model_copy(update={"max_num_seqs": min(cfg.max_num_seqs, 128)})
+    return prefill, cfg.model_copy()
+
+
+def pool_commands(
+    cfg: VLLMConfig, base_port: int, servers: int, *, first_index: int = 0
+) -> list[tuple[list[str], dict[str, str]]]:
+    """Commands for `servers` servers on ports base_port, base_port+1, ..."""
+    return [serve_command(cfg, base_port + i, index=first_index + i) for i in range(servers)]
+
+
+def emitted_flags(argv: Sequence[str]) -> list[str]:
+    """The `--flags` of an argv (values that start with `--` never occur in our profiles)."""
+    return [arg for arg in argv if arg.startswith("--")]
