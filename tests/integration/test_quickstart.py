@@ -16,9 +16,10 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _swefleet_containers() -> list[str]:
+def _swefleet_containers(owner_pid: int) -> list[str]:
+    """Containers created by the `swefleet` process `owner_pid` (sandboxes and graders)."""
     out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=swefleet.run"],
+        ["docker", "ps", "-aq", "--filter", f"label=swefleet.owner_pid={owner_pid}"],
         capture_output=True, text=True, check=True,
     ).stdout
     return out.split()
@@ -34,10 +35,10 @@ def _rl_cmd(out: Path, *overrides: str) -> list[str]:
 
 def test_quickstart_runs_end_to_end(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run(
-        _rl_cmd(out, "agent.max_steps=2"), cwd=REPO, capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    proc = subprocess.Popen(_rl_cmd(out, "agent.max_steps=2"), cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-5000:]
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy_versions_served"] >= 2
@@ -62,7 +63,7 @@ def test_quickstart_runs_end_to_end(tmp_path):
     assert len(trainer) == 2
     assert sorted(p.name for p in (out / "weights").iterdir() if p.is_dir()) == ["v000001", "v000002"]
     assert (out / "config.json").exists()
-    assert _swefleet_containers() == []
+    assert _swefleet_containers(proc.pid) == []
 
 
 def test_ctrl_c_leaves_no_container(tmp_path):
@@ -72,7 +73,7 @@ def test_ctrl_c_leaves_no_container(tmp_path):
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while not _swefleet_containers():
+        while not _swefleet_containers(proc.pid):
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "no sandbox was started"
             time.sleep(0.5)
@@ -81,5 +82,5 @@ def test_ctrl_c_leaves_no_container(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert _swefleet_containers() == []
+    assert _swefleet_containers(proc.pid) == []
     assert (out / "episodes.jsonl").exists() or (out / "config.json").exists()
