@@ -52,6 +52,20 @@ class TrainerConfig(BaseModel):
     cuda, sdpa on cpu."""
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     """Autocast dtype of the forward (master weights and optimizer state stay fp32)."""
+    lm_head_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Input precision of the chunked lm_head matmul (accumulation, log-softmax and gradient
+    accumulation stay fp32). `auto`: `compute_dtype`."""
+    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    """Recompute activations in backward, per transformer block (torchtitan's `apply_ac`):
+    `selective` saves matmul/attention outputs (op-level SAC), `full` saves only block inputs."""
+    compile: bool = False
+    """torch.compile each transformer block (torchtitan's `apply_compile`; the first step pays
+    the compile time, a new batch shape may recompile once before shapes go dynamic)."""
+    checkpoint_every: int | None = Field(None, gt=0)
+    """Save a DCP checkpoint (model + optimizer + step) after every this many steps; on start
+    the trainer resumes from the newest complete one. None: no checkpoints."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """Complete checkpoints kept; older ones are deleted after a new one is complete."""
     seed: int = 0
     """Seed for torch's RNGs."""
     poll_interval_s: float = Field(0.2, gt=0)
@@ -77,9 +91,18 @@ class TrainerJob(BaseModel):
     start_version: int = Field(0, ge=0)
     """Policy version of `model`; the first batch read is `step_{start_version:06d}.npz`."""
     max_steps: int | None = Field(None, gt=0)
-    """Stop after this many optimizer steps; None runs until SIGTERM/SIGINT or batch timeout."""
+    """Stop once policy version `start_version + max_steps` is published (a resumed job stops at
+    the same version); None runs until SIGTERM/SIGINT or batch timeout."""
+    checkpoint_dir: Path | None = None
+    """Where DCP checkpoints go (`step_{n:06d}/`, n = the next batch to train);
+    None: `weights_dir/../trainer_checkpoints`."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """Algorithm and runtime knobs."""
+
+
+def checkpoint_dir(job: TrainerJob) -> Path:
+    """The job's checkpoint directory (explicit or next to the weights directory)."""
+    return job.checkpoint_dir or job.weights_dir.parent / "trainer_checkpoints"
 
 
 def load_job_file(path: str | Path) -> dict:

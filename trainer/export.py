@@ -35,6 +35,12 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -51,20 +57,23 @@ def _copy_assets(source: Path, dest: Path) -> None:
 def export_hf(policy: titan.Policy, out_dir: str | Path, meta: dict | None = None) -> Path:
     """Write the current weights (in the source checkpoint's dtype) + config/tokenizer files to
     `out_dir` atomically. `meta` (e.g. version, step) goes to `swefleet_policy.json`.
-    Raises FileExistsError if `out_dir` exists: a published version is never overwritten."""
+    Raises FileExistsError if `out_dir` exists: a published version is never overwritten.
+    Under FSDP every rank calls it (the weights are gathered) and rank 0 writes."""
     from safetensors.torch import save_file
 
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} already exists")
+    tensors = {  # a collective under FSDP: every rank gathers, rank 0 writes
+        k: v.detach().to(device="cpu", dtype=policy.source_dtype).contiguous()
+        for k, v in titan.hf_state_dict(policy).items()
+    }
+    if _rank() != 0:
+        return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f"{out_dir.name}.tmp-"))
     try:
         _copy_assets(policy.source_dir, tmp)
-        tensors = {
-            k: v.detach().to(device="cpu", dtype=policy.source_dtype).contiguous()
-            for k, v in titan.hf_state_dict(policy).items()
-        }
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         record = {"written_at": time.time(), **(meta or {})}
         (tmp / POLICY_FILE).write_text(json.dumps(record, indent=2))

@@ -6,12 +6,14 @@ A step's samples are cut into micro-batches of whole samples. Attention never cr
 - `varlen`: samples are packed into one row; the kernel gets the boundaries from `cu_seqlens`
   and RoPE gets the per-sample `positions`.
 Only rows that predict a trained token (loss_mask[t] -> hidden row of token t-1, same sample)
-go through the chunked lm_head.
+go through the chunked lm_head. An optional batch array `routed_experts [T, moe_layers, top_k]`
+(the inference server's MoE routing) is laid out like the tokens and replayed by the routers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,6 @@ import numpy as np
 import torch
 
 from trainer import titan
-from trainer.logprobs import token_logprobs
 
 
 @dataclass
@@ -38,6 +39,9 @@ class MicroBatch:
     advantages: torch.Tensor
     n_positions: int
     """Positions computed by the forward (including padding)."""
+    routed_experts: torch.Tensor | None = None
+    """MoE router replay: expert ids [n_positions, moe_layers, top_k] in the forward's
+    flattened token order (padding positions: expert 0); None routes with the model's top-k."""
 
 
 def check_batch_fits(policy: titan.Policy, arrays: dict[str, np.ndarray]) -> None:
@@ -51,6 +55,19 @@ def check_batch_fits(policy: titan.Policy, arrays: dict[str, np.ndarray]) -> Non
     longest = int(np.diff(arrays["cu_seqlens"]).max())
     if longest > max_len:
         raise ValueError(f"a sample has {longest} tokens; the model supports {max_len}")
+    if "routed_experts" in arrays:
+        from trainer import router_replay
+
+        layers = router_replay.moe_layers(policy.model)
+        ids = arrays["routed_experts"]
+        if not layers:
+            raise ValueError("batch has routed_experts but the model has no MoE layers")
+        want = (len(tokens), len(layers), layers[0].router.top_k)
+        if ids.shape != want:
+            raise ValueError(f"routed_experts shape {ids.shape}, want {want} (tokens, layers, k)")
+        n_experts = layers[0].router.num_experts
+        if ids.min() < 0 or ids.max() >= n_experts:
+            raise ValueError(f"routed expert ids must be in [0, {n_experts})")
 
 
 def split_samples(cu_seqlens: np.ndarray, budget: int, padded: bool) -> Iterator[tuple[int, int]]:
@@ -95,6 +112,12 @@ def build_micro_batch(
     else:
         raise ValueError(f"unknown attention {attention!r}")
     trained = np.flatnonzero(arrays["loss_mask"][t0:t1])
+    routed = None
+    if "routed_experts" in arrays:  # [T, moe_layers, top_k], aligned with tokens
+        ids = arrays["routed_experts"][t0:t1].astype(np.int64)
+        routed = np.zeros((tok.numel(), *ids.shape[1:]), dtype=np.int64)
+        routed[rows] = ids
+        routed = torch.from_numpy(routed).to(device)
 
     def dev(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
@@ -108,18 +131,48 @@ def build_micro_batch(
         logp_inf=dev(arrays["inference_logprobs"][t0:t1][trained], torch.float32),
         advantages=dev(arrays["advantages"][t0:t1][trained], torch.float32),
         n_positions=int(tok.numel()),
+        routed_experts=routed,
     )
 
 
+@contextmanager
+def replaying(policy: titan.Policy, mb: MicroBatch) -> Iterator[None]:
+    """MoE router replay of the micro-batch's `routed_experts` while inside (keep the forward
+    AND the backward inside: activation checkpointing re-runs the routers in backward)."""
+    if mb.routed_experts is None:
+        yield
+        return
+    from trainer import router_replay
+
+    router_replay.set_replay(policy.model, mb.routed_experts)
+    try:
+        yield
+    finally:
+        router_replay.set_replay(policy.model, None)
+
+
 def micro_batch_logprobs(
-    policy: titan.Policy, mb: MicroBatch, chunk_size: int, autocast_dtype: torch.dtype | None
+    policy: titan.Policy,
+    mb: MicroBatch,
+    chunk_size: int,
+    autocast_dtype: torch.dtype | None,
+    lm_head_dtype: torch.dtype = torch.float32,
+    fused_head: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Trainer (logp, entropy) of the micro-batch's trained tokens, in packed order."""
     device_type = mb.tokens.device.type
     with torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-        hidden = titan.hidden_states(policy.model, mb.tokens, mb.positions, mb.attention_masks)
-    hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, mb.pred_rows)
-    return token_logprobs(hidden, titan.output_weight(policy.model), mb.targets, chunk_size)
+        return titan.policy_logprobs(
+            policy,
+            mb.tokens,
+            mb.positions,
+            mb.attention_masks,
+            mb.pred_rows,
+            mb.targets,
+            chunk_size=chunk_size,
+            matmul_dtype=lm_head_dtype,
+            fused=fused_head,
+        )
 
 
 @torch.no_grad()
@@ -130,6 +183,7 @@ def batch_logprobs(
     chunk_size: int = 1024,
     micro_batch_tokens: int = 8192,
     autocast_dtype: torch.dtype | None = None,
+    lm_head_dtype: torch.dtype = torch.float32,
 ) -> np.ndarray:
     """Trainer logprob of every trained token of a packed batch: float32 [T], 0 where
     loss_mask is False. (For parity tests and for recomputing old-policy logprobs.)"""
@@ -140,7 +194,8 @@ def batch_logprobs(
     padded = policy.attention == "sdpa"
     for s0, s1 in split_samples(cu, micro_batch_tokens, padded):
         mb = build_micro_batch(arrays, s0, s1, policy.attention, device)
-        logp, _ = micro_batch_logprobs(policy, mb, chunk_size, autocast_dtype)
+        with replaying(policy, mb):
+            logp, _ = micro_batch_logprobs(policy, mb, chunk_size, autocast_dtype, lm_head_dtype)
         t0, t1 = int(cu[s0]), int(cu[s1])
         out[t0 + np.flatnonzero(arrays["loss_mask"][t0:t1])] = logp.float().cpu().numpy()
     return out

@@ -8,6 +8,16 @@ command-line flags override it. Step n reads `batches_dir/step_{n:06d}.npz` (n s
 `start_version`), publishes `weights_dir/v{n+1:06d}/` (HF format, atomic rename) and appends one
 JSON line to `weights_dir/../trainer_metrics.jsonl`.
 
+Resume: with `checkpoint_every` set, a DCP checkpoint (model + optimizer + step) is saved every
+that many steps (and when stopping); on start, `.tmp-` leftovers of a crash are removed from the
+weights and checkpoint directories and the newest complete checkpoint is loaded, so the same
+command restarts a crashed job where it left off (`trainer/checkpoint.py`). Without a usable
+checkpoint the trainer continues from the newest published version (weights only: the optimizer
+state starts afresh). A version that is already published is never rewritten.
+
+Several processes: under `torchrun --nproc-per-node N` the model is FSDP2-sharded over the N
+ranks (nccl on cuda, gloo on cpu); each trains a share of every batch, rank 0 writes files.
+
 Exit codes: 0 after `max_steps` steps or on SIGTERM/SIGINT (a step in progress is finished and
 published first), 3 when no batch arrives within `batch_timeout_s`, 1 on any error.
 """
@@ -110,30 +120,158 @@ def _memory_metrics(device: str) -> dict[str, float | None]:
     return {"peak_memory_gib": cuda, "peak_rss_gib": rss_gib}
 
 
+def init_distributed(device: str) -> tuple[int, int]:
+    """(rank, world size). Under torchrun (WORLD_SIZE > 1) start the process group (nccl on
+    cuda, gloo on cpu) and pick this rank's GPU; otherwise (0, 1) and no group."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    return dist.get_rank(), world
+
+
+def build_trainer(job: TrainerJob, source: Path, device: str, attention: str, world: int):
+    """(policy, optimizer) as configured, the weights from the HF directory `source`."""
+    import torch
+
+    from trainer.step import build_optimizer
+    from trainer.titan import load_policy
+
+    cfg = job.trainer
+    torch_device = torch.device(device, torch.cuda.current_device()) if device == "cuda" else None
+    policy = load_policy(
+        source,
+        torch_device or torch.device(device),
+        attention,
+        activation_checkpointing=cfg.activation_checkpointing,
+        compile_blocks=cfg.compile,
+        dp_size=world,
+        fsdp_param_dtype=torch.bfloat16 if cfg.compute_dtype == "bfloat16" else torch.float32,
+    )
+    return policy, build_optimizer(policy, cfg)
+
+
+def clean_leftovers(job: TrainerJob, rank: int) -> None:
+    """Remove what a crash left half-written (`.tmp-` entries) in the weights and checkpoint
+    directories; nothing else writes there."""
+    from trainer.checkpoint import clean_partial
+    from trainer.config import checkpoint_dir
+
+    if rank == 0:
+        job.weights_dir.mkdir(parents=True, exist_ok=True)
+        for d in (job.weights_dir, checkpoint_dir(job)):
+            for p in clean_partial(d):
+                log.warning("removed %s (left half-written by an earlier run)", p)
+    _barrier()
+
+
+def newest_published(weights_dir: Path) -> int | None:
+    """The highest policy version published in `weights_dir` (complete directories only)."""
+    import re
+
+    versions = [
+        int(p.name[1:])
+        for p in weights_dir.iterdir()
+        if p.is_dir() and re.fullmatch(r"v\d{6,}", p.name)
+    ]
+    return max(versions, default=None)
+
+
+def resume_point(job: TrainerJob) -> tuple[Path | None, Path, int]:
+    """(checkpoint to load or None, HF dir to build the model from, next batch index).
+    Preference: the newest complete checkpoint at or after `start_version` (exact: weights and
+    optimizer state; steps after it are re-trained); else the newest published version after
+    `start_version` (weights only, fresh optimizer state); else the job's model."""
+    from trainer.checkpoint import latest_checkpoint
+    from trainer.config import checkpoint_dir
+
+    latest = latest_checkpoint(checkpoint_dir(job))
+    if latest is not None and latest[0] >= job.start_version:
+        return latest[1], job.model, latest[0]
+    published = newest_published(job.weights_dir)
+    if published is not None and published > job.start_version:
+        log.warning(
+            "no checkpoint: continuing from published v%06d with a fresh optimizer state "
+            "(set trainer.checkpoint_every to resume exactly)",
+            published,
+        )
+        return None, weights_path(job.weights_dir, published), published
+    return None, job.model, job.start_version
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _publish(job: TrainerJob, policy, step: int, path: Path) -> Path:
+    """Export version step + 1, unless it is already published (re-trained after a resume:
+    the published version, which inference may already use, is never replaced)."""
+    from trainer.export import export_hf
+
+    out = weights_path(job.weights_dir, step + 1)
+    if out.exists():
+        log.warning("%s is already published (re-trained after a resume); keeping it", out)
+        return out
+    return export_hf(policy, out, {"version": step + 1, "step": step, "batch": str(path)})
+
+
+def _save(job: TrainerJob, policy, optimizer, step: int) -> None:
+    from trainer.checkpoint import save_checkpoint
+    from trainer.config import checkpoint_dir
+
+    path = save_checkpoint(
+        policy,
+        optimizer,
+        checkpoint_dir(job),
+        step,
+        keep=job.trainer.keep_checkpoints,
+        meta={"model": str(job.model), "start_version": job.start_version},
+    )
+    log.info("checkpoint %s", path)
+
+
 def run(job: TrainerJob, stop: StopFlag) -> int:
     """The step loop. Returns the process exit code."""
     import torch
 
-    from trainer.export import export_hf
-    from trainer.step import build_optimizer, train_step
-    from trainer.titan import load_policy
+    from trainer.step import train_step
 
     cfg = job.trainer
     torch.manual_seed(cfg.seed)
     device, attention = resolve_runtime(cfg)
-    policy = load_policy(job.model, torch.device(device), attention)
-    optimizer = build_optimizer(policy, cfg)
-    job.weights_dir.mkdir(parents=True, exist_ok=True)
+    rank, world = init_distributed(device)
+    clean_leftovers(job, rank)
+    ckpt, source, step = resume_point(job)
+    policy, optimizer = build_trainer(job, source, device, attention, world)
+    if ckpt is not None:
+        from trainer.checkpoint import load_checkpoint
+
+        load_checkpoint(policy, optimizer, ckpt)
+        log.info("resumed from %s (policy version %d)", ckpt, step)
     metrics_path = job.weights_dir.parent / "trainer_metrics.jsonl"
+    end = None if job.max_steps is None else job.start_version + job.max_steps
     log.info(
-        "loaded %s on %s (%s attention); waiting for batches in %s",
-        job.model,
+        "loaded %s on %s x%d (%s attention); waiting for batches in %s from step %d",
+        source,
         device,
+        world,
         attention,
         job.batches_dir,
+        step,
     )
-    step, done = job.start_version, 0
-    while not stop.event.is_set() and (job.max_steps is None or done < job.max_steps):
+    saved = step
+    while not stop.event.is_set() and (end is None or step < end):
         path = batch_path(job.batches_dir, step)
         t_wait = time.monotonic()
         try:
@@ -151,41 +289,61 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         if device == "cuda":
             torch.cuda.synchronize()
         step_s = time.monotonic() - t0
-        out = export_hf(
-            policy,
-            weights_path(job.weights_dir, step + 1),
-            {"version": step + 1, "step": step, "batch": str(path)},
-        )
-        versions = arrays["policy_version"]
-        record = {
-            "step": step,
-            "policy_version": step + 1,
-            "time": time.time(),
-            **metrics,
-            "tokens_per_s": metrics["n_tokens"] / step_s,
-            "step_time_s": step_s,
-            "export_time_s": time.monotonic() - t0 - step_s,
-            "wait_time_s": wait_s,
-            "sample_version_min": int(versions.min()),
-            "sample_version_max": int(versions.max()),
-            "max_staleness": int(step - versions.min()),
-            "lr": cfg.lr,
-            **_memory_metrics(device),
-            "batch_meta": meta,
-        }
-        with metrics_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        log.info(
-            "step %d -> %s loss=%.4g grad_norm=%.3g kl=%.2g %.1fs",
-            step,
-            out.name,
-            metrics["loss"],
-            metrics["grad_norm"],
-            metrics["mismatch_kl"],
-            step_s,
-        )
-        step, done = step + 1, done + 1
+        out = _publish(job, policy, step, path)
+        export_s = time.monotonic() - t0 - step_s
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            _save(job, policy, optimizer, step + 1)
+            saved = step + 1
+        if rank == 0:
+            _log_step(
+                metrics_path, step, arrays, meta, metrics, cfg, device, step_s, export_s, wait_s
+            )
+            log.info(
+                "step %d -> %s loss=%.4g grad_norm=%.3g kl=%.2g %.1fs",
+                step,
+                out.name,
+                metrics["loss"],
+                metrics["grad_norm"],
+                metrics["mismatch_kl"],
+                step_s,
+            )
+        step += 1
+    if cfg.checkpoint_every and saved != step:  # stopping: keep the progress since the last one
+        _save(job, policy, optimizer, step)
     return 0
+
+
+def _log_step(
+    metrics_path: Path,
+    step: int,
+    arrays: dict,
+    meta: dict,
+    metrics: dict,
+    cfg: TrainerConfig,
+    device: str,
+    step_s: float,
+    export_s: float,
+    wait_s: float,
+) -> None:
+    versions = arrays["policy_version"]
+    record = {
+        "step": step,
+        "policy_version": step + 1,
+        "time": time.time(),
+        **metrics,
+        "tokens_per_s": metrics["n_tokens"] / step_s,
+        "step_time_s": step_s,
+        "export_time_s": export_s,
+        "wait_time_s": wait_s,
+        "sample_version_min": int(versions.min()),
+        "sample_version_max": int(versions.max()),
+        "max_staleness": int(step - versions.min()),
+        "lr": cfg.lr,
+        **_memory_metrics(device),
+        "batch_meta": meta,
+    }
+    with metrics_path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

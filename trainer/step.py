@@ -1,4 +1,11 @@
-"""One RL optimizer step on one packed batch: micro-batched forward/backward, clip, AdamW."""
+"""One RL optimizer step on one packed batch: micro-batched forward/backward, clip, AdamW.
+
+Under FSDP (an initialised process group, `policy.dp_size` ranks) every rank reads the same
+batch and trains a contiguous, token-balanced range of its samples. The loss is a token sum
+divided by the batch's global trained-token count and FSDP sums (not averages) gradients, so
+the update equals the single-process one. Ranks run the same number of micro-batches (FSDP's
+collectives must pair up): a rank with fewer runs zero-weight copies of one of its own.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from trainer.forward import (
     build_micro_batch,
     check_batch_fits,
     micro_batch_logprobs,
+    replaying,
     split_samples,
 )
 from trainer.losses import policy_loss
@@ -31,47 +39,126 @@ def autocast_dtype(cfg: TrainerConfig) -> torch.dtype | None:
     return torch.bfloat16 if cfg.compute_dtype == "bfloat16" else None
 
 
+def lm_head_dtype(cfg: TrainerConfig) -> torch.dtype:
+    name = cfg.compute_dtype if cfg.lm_head_dtype == "auto" else cfg.lm_head_dtype
+    return torch.bfloat16 if name == "bfloat16" else torch.float32
+
+
+def dist_rank_world() -> tuple[int, int]:
+    """(rank, world size) of the default process group, (0, 1) without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def rank_sample_range(cu_seqlens: np.ndarray, rank: int, world: int) -> tuple[int, int]:
+    """Samples [s0, s1) of `rank`: contiguous ranges cut at the sample boundaries nearest to
+    equal token shares (a range may be empty when there are fewer samples than ranks)."""
+    cu = np.asarray(cu_seqlens, dtype=np.int64)
+    n = len(cu) - 1
+    cuts = [0]
+    for r in range(1, world):
+        target = cu[-1] * r / world
+        cuts.append(max(cuts[-1], int(np.abs(cu - target).argmin())))
+    cuts.append(n)
+    return cuts[rank], cuts[rank + 1]
+
+
+def _micro_ranges(
+    cu: np.ndarray, s0: int, s1: int, budget: int, padded: bool
+) -> list[tuple[int, int]]:
+    if s1 <= s0:
+        return []
+    local = cu[s0 : s1 + 1] - cu[s0]
+    return [(a + s0, b + s0) for a, b in split_samples(local, budget, padded)]
+
+
+def _all_reduce(values: list[float], device: torch.device, op: str) -> list[float]:
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def _clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Global gradient L2 norm (full norm under FSDP), then clip in place."""
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, 2.0)
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
 def train_step(
     policy: titan.Policy,
     optimizer: torch.optim.Optimizer,
     arrays: dict[str, np.ndarray],
     cfg: TrainerConfig,
 ) -> dict[str, float]:
-    """Forward/backward every micro-batch of `arrays` (loss normalised by the batch's trained
-    token count), clip the gradient norm, step. Returns token-mean metrics of the batch."""
+    """Forward/backward every micro-batch of `arrays` (this rank's share under FSDP; loss
+    normalised by the batch's trained token count), clip the gradient norm, step. Returns
+    token-mean metrics of the whole batch (identical on every rank)."""
     check_batch_fits(policy, arrays)
     device = next(policy.model.parameters()).device
     n_trained = int(arrays["loss_mask"].sum())
     if n_trained == 0:
         raise ValueError("batch has no trained tokens (loss_mask is all False)")
+    rank, world = dist_rank_world()
+    if world != policy.dp_size:
+        raise RuntimeError(f"policy is sharded over {policy.dp_size} ranks, world is {world}")
+    cu = arrays["cu_seqlens"]
+    padded = policy.attention == "sdpa"
+    s0, s1 = rank_sample_range(cu, rank, world)
+    ranges = [(r, 1.0) for r in _micro_ranges(cu, s0, s1, cfg.micro_batch_tokens, padded)]
+    if world > 1:  # equal micro-batch counts; fillers are zero-weight repeats
+        most = int(_all_reduce([len(ranges)], device, "max")[0])
+        filler = ranges[0][0] if ranges else (0, 1)
+        ranges += [(filler, 0.0)] * (most - len(ranges))
+
     policy.model.train()
     optimizer.zero_grad(set_to_none=True)
     totals = dict.fromkeys(_SUMMED, 0.0)
     n_positions = 0
-    padded = policy.attention == "sdpa"
-    for s0, s1 in split_samples(arrays["cu_seqlens"], cfg.micro_batch_tokens, padded):
-        mb = build_micro_batch(arrays, s0, s1, policy.attention, device)
-        n_positions += mb.n_positions
-        logp, entropy = micro_batch_logprobs(
-            policy, mb, cfg.logprob_chunk_size, autocast_dtype(cfg)
-        )
-        mask = torch.ones_like(mb.targets, dtype=torch.bool)
-        loss, metrics = policy_loss(
-            cfg.loss,
-            logp,
-            mb.logp_inf,
-            mb.advantages,
-            mask,
-            eps_low=cfg.eps_low,
-            eps_high=cfg.eps_high,
-            tis_cap=cfg.tis_cap,
-            n_tokens=n_trained,
-        )
-        loss.backward()
-        metrics["entropy"] = float(entropy.sum()) / n_trained
-        for key in _SUMMED:
-            totals[key] += metrics[key]
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.max_grad_norm)
+    for (m0, m1), weight in ranges:
+        mb = build_micro_batch(arrays, m0, m1, policy.attention, device)
+        with replaying(policy, mb):  # routing replay stays on through backward
+            logp, entropy = micro_batch_logprobs(
+                policy,
+                mb,
+                cfg.logprob_chunk_size,
+                autocast_dtype(cfg),
+                lm_head_dtype(cfg),
+                fused_head=cfg.compile and device.type == "cuda",
+            )
+            loss, metrics = policy_loss(
+                cfg.loss,
+                logp,
+                mb.logp_inf,
+                mb.advantages,
+                torch.ones_like(mb.targets, dtype=torch.bool),
+                eps_low=cfg.eps_low,
+                eps_high=cfg.eps_high,
+                tis_cap=cfg.tis_cap,
+                n_tokens=n_trained,
+            )
+            (loss * weight).backward()
+        if weight:
+            metrics["entropy"] = float(entropy.sum()) / n_trained
+            for key in _SUMMED:
+                totals[key] += metrics[key]
+            n_positions += mb.n_positions
+    if world > 1:
+        summed = _all_reduce([totals[k] for k in _SUMMED] + [n_positions], device, "sum")
+        totals = dict(zip(_SUMMED, summed[:-1]))
+        n_positions = int(summed[-1])
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    grad_norm = _clip_grad_norm(params, cfg.max_grad_norm)
     finite = bool(torch.isfinite(grad_norm))
     if finite:  # a non-finite gradient would poison the weights: skip the update, report it
         optimizer.step()
@@ -80,7 +167,7 @@ def train_step(
         **totals,
         "grad_norm": float(grad_norm),
         "skipped_update": not finite,
-        "n_samples": int(len(arrays["cu_seqlens"]) - 1),
+        "n_samples": int(len(cu) - 1),
         "n_tokens": len(arrays["tokens"]),
         "n_trained_tokens": n_trained,
         "masked_fraction": n_trained / len(arrays["tokens"]),

@@ -2,13 +2,15 @@
 `Qwen3StateDictAdapter`, `VarlenMetadata`). A move to torchtitan >= 0.3 (`ModelSpec`,
 `Configurable`) rewrites this file only; the rest of `trainer/` sees:
 
-- `load_policy(ckpt_dir, device, attention) -> Policy` (model + HF mapping + source dtype),
-- `hidden_states(model, tokens, positions, cu_seqlens)` (final-norm hidden states, no lm_head),
-- `output_weight(model)` (the lm_head weight, for the chunked log-prob),
-- `hf_state_dict(policy)` (HF-named tensors of the current weights).
+- `load_policy(ckpt_dir, device, attention, ...) -> Policy` (model + HF mapping + source dtype;
+  activation checkpointing, per-block compile and FSDP2 through torchtitan's `parallelize_fn`),
+- `policy_logprobs(policy, tokens, positions, masks, rows, targets, ...)` (the forward, with the
+  lm_head replaced by a chunked log-prob head applied to the trained rows only),
+- `full_state_dict(policy)` / `hf_state_dict(policy)` (full tensors of the current weights).
 
-Models: Qwen3 dense (`model_type == "qwen3"`). Model args come from the checkpoint's
-config.json; weights from its safetensors via `Qwen3StateDictAdapter.from_hf`.
+Models: Qwen3 dense (`model_type == "qwen3"`) and Qwen3-MoE (`qwen3_moe`, routers swapped for
+`trainer.router_replay.ReplayRouter`). Model args come from the checkpoint's config.json;
+weights from its safetensors via `Qwen3StateDictAdapter.from_hf`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Policy:
     """A torchtitan model loaded from an HF checkpoint, plus what is needed to export it."""
 
     model: nn.Module
+    """The torchtitan model; its `output` is a `LogprobHead` (see `policy_logprobs`)."""
     adapter: Any
     """The torchtitan state-dict adapter (HF <-> torchtitan names)."""
     hf_config: dict
@@ -38,6 +41,29 @@ class Policy:
     """dtype of the checkpoint's tensors; exports use it too."""
     attention: str
     """`sdpa` (samples as padded causal rows) or `varlen` (packed, boundaries from cu_seqlens)."""
+    dp_size: int = 1
+    """FSDP degree (ranks sharding the parameters); 1 = plain module on one device."""
+
+
+class LogprobHead(nn.Module):
+    """Stands in for the model's lm_head (`output`, same `weight` parameter, so state-dict names
+    and the HF mapping are unchanged): instead of logits it returns (logp, entropy) of the
+    requested targets, computed by the chunked `token_logprobs`. Running inside the model's
+    forward keeps FSDP's unshard/reshard of the weight and its gradient reduction intact."""
+
+    def __init__(self, weight: nn.Parameter) -> None:
+        super().__init__()
+        self.weight = weight
+        self.request: tuple[torch.Tensor, torch.Tensor, int, torch.dtype, bool] | None = None
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from trainer.logprobs import token_logprobs
+
+        if self.request is None:
+            raise RuntimeError("LogprobHead called without a request (use policy_logprobs)")
+        rows, targets, chunk_size, matmul_dtype, fused = self.request
+        flat = h.reshape(-1, h.shape[-1]).index_select(0, rows)
+        return token_logprobs(flat, self.weight, targets, chunk_size, matmul_dtype, fused)
 
 
 def _rope_theta(hf: dict) -> float:
@@ -49,12 +75,16 @@ def _rope_theta(hf: dict) -> float:
     return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
-def model_args_from_hf(hf: dict, attention: str) -> Any:
-    """torchtitan Qwen3ModelArgs for an HF Qwen3 config.json (dense only for now)."""
+def model_args_from_hf(hf: dict, attention: str, device_type: str = "cpu") -> Any:
+    """torchtitan Qwen3ModelArgs for an HF Qwen3 (`qwen3`) or Qwen3-MoE (`qwen3_moe`)
+    config.json. MoE: every layer sparse, softmax top-k routing (`norm_topk_prob` -> route
+    norm), no shared experts, no load-balancing bias (RL: the server never sees it), grouped
+    matmuls on CUDA only."""
     from torchtitan.protocols.train_spec import get_train_spec
 
-    if hf.get("model_type") != "qwen3":
-        raise NotImplementedError(f"model_type {hf.get('model_type')!r}: only dense qwen3 for now")
+    model_type = hf.get("model_type")
+    if model_type not in ("qwen3", "qwen3_moe"):
+        raise NotImplementedError(f"model_type {model_type!r}: only qwen3 / qwen3_moe")
     if hf.get("attention_bias") or hf.get("use_sliding_window"):
         raise NotImplementedError("attention_bias / sliding window are not supported")
     if hf.get("hidden_act", "silu") != "silu":
@@ -74,11 +104,32 @@ def model_args_from_hf(hf: dict, attention: str) -> Any:
     args.enable_weight_tying = bool(hf.get("tie_word_embeddings", False))
     eos = hf.get("eos_token_id")
     args.eos_id = eos[0] if isinstance(eos, list) else (eos if eos is not None else -1)
-    args.moe_enabled = False
+    args.moe_enabled = model_type == "qwen3_moe"
+    if args.moe_enabled:
+        _moe_args(args, hf, device_type)
     args.attn_type = attention
     # cu_seqlens-based masks are built here, never torchtitan's EOS-based document masks.
     args.attn_mask_type = "block_causal" if attention == "varlen" else "causal"
     return args
+
+
+def _moe_args(args: Any, hf: dict, device_type: str) -> None:
+    from torchtitan.models.moe import MoEArgs
+
+    if hf.get("decoder_sparse_step", 1) != 1 or hf.get("mlp_only_layers"):
+        raise NotImplementedError("qwen3_moe with dense layers (decoder_sparse_step/mlp_only)")
+    args.moe_inter_dim = hf["moe_intermediate_size"]
+    args.moe_args = MoEArgs(
+        num_experts=hf.get("num_experts") or hf["num_local_experts"],
+        num_shared_experts=0,
+        top_k=hf["num_experts_per_tok"],
+        score_func="softmax",
+        route_norm=bool(hf.get("norm_topk_prob", True)),
+        route_scale=1.0,
+        score_before_experts=False,
+        use_grouped_mm=device_type == "cuda",
+        load_balance_coeff=None,
+    )
 
 
 def load_hf_tensors(ckpt_dir: Path) -> dict[str, torch.Tensor]:
@@ -94,39 +145,114 @@ def load_hf_tensors(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def load_policy(ckpt_dir: str | Path, device: torch.device, attention: str) -> Policy:
-    """Build the torchtitan Qwen3 on `meta`, materialise it on `device` in fp32 and load the
-    HF weights (strict: every parameter must come from the checkpoint)."""
+def load_policy(
+    ckpt_dir: str | Path,
+    device: torch.device,
+    attention: str,
+    *,
+    activation_checkpointing: str = "none",
+    compile_blocks: bool = False,
+    dp_size: int = 1,
+    fsdp_param_dtype: torch.dtype = torch.float32,
+) -> Policy:
+    """Build the torchtitan Qwen3 on `meta`, materialise it on `device` in fp32, load the HF
+    weights (strict: every parameter must come from the checkpoint), then apply torchtitan's
+    `parallelize_fn`: activation checkpointing (`none|selective|full`; selective = op-level),
+    per-block `torch.compile`, and FSDP2 over `dp_size` ranks (needs an initialised process
+    group of that size; FSDP computes in `fsdp_param_dtype`, reduces in fp32, sums gradients)."""
     from torchtitan.protocols.train_spec import get_train_spec
 
     ckpt_dir = Path(ckpt_dir)
     hf = json.loads((ckpt_dir / "config.json").read_text())
-    args = model_args_from_hf(hf, attention)
+    args = model_args_from_hf(hf, attention, device.type)
     spec = get_train_spec(TRAIN_SPEC)
     with torch.device("meta"):
         model = spec.model_cls(args)
     model.to_empty(device=device)
-    with torch.device(device):  # the only non-persistent buffer of dense Qwen3 (no random init)
+    with torch.device(device):  # non-persistent buffers (to_empty leaves them uninitialised)
         model.rope_cache = model._precompute_rope_cache()
+    if args.moe_enabled:
+        from trainer import router_replay
+
+        for moe in router_replay.moe_layers(model):
+            moe.tokens_per_expert.zero_()
+        router_replay.install(model)
     if args.enable_weight_tying:
         model.output.weight = model.tok_embeddings.weight
+    model.output = LogprobHead(model.output.weight)
     adapter = spec.state_dict_adapter(args, None)
     hf_tensors = load_hf_tensors(ckpt_dir)
     source_dtype = hf_tensors["model.embed_tokens.weight"].dtype
     state = adapter.from_hf({k: v for k, v in hf_tensors.items() if "rotary_emb" not in k})
     model.load_state_dict(state, strict=True)
-    return Policy(model, adapter, hf, ckpt_dir, source_dtype, attention)
+    del hf_tensors, state
+    if activation_checkpointing != "none" or compile_blocks or dp_size > 1:
+        _parallelize(
+            spec, model, device, activation_checkpointing, compile_blocks, dp_size, fsdp_param_dtype
+        )
+    return Policy(model, adapter, hf, ckpt_dir, source_dtype, attention, dp_size)
+
+
+def _parallelize(
+    spec: Any,
+    model: nn.Module,
+    device: torch.device,
+    activation_checkpointing: str,
+    compile_blocks: bool,
+    dp_size: int,
+    fsdp_param_dtype: torch.dtype,
+) -> None:
+    """torchtitan's parallelize_fn on an already loaded model (FSDP2 shards the loaded tensors:
+    every rank must hold the same full weights)."""
+    import torchtitan.distributed.parallel_dims as tt_parallel_dims
+    from torchtitan.config import JobConfig
+    from torchtitan.distributed import ParallelDims
+
+    job = JobConfig()
+    job.activation_checkpoint.mode = activation_checkpointing
+    job.activation_checkpoint.selective_ac_option = "op"
+    job.compile.enable = compile_blocks
+    job.compile.components = ["model"]
+    job.parallelism.data_parallel_shard_degree = dp_size
+    job.training.mixed_precision_param = str(fsdp_param_dtype).removeprefix("torch.")
+    job.training.mixed_precision_reduce = "float32"
+    dims = ParallelDims(
+        dp_replicate=1, dp_shard=dp_size, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=dp_size
+    )
+    if dp_size > 1:
+        # torchtitan falls back to "cuda" without an accelerator; the mesh must match `device`
+        tt_parallel_dims.device_type = device.type
+        dims.build_mesh()
+    spec.parallelize_fn(model, dims, job)
+    if dp_size > 1 and device.type == "cpu":
+        from torch.distributed.fsdp import FSDPModule
+
+        for m in model.modules():  # gloo has no PREMUL_SUM
+            if isinstance(m, FSDPModule):
+                m.set_force_sum_reduction_for_comms(True)
+
+
+def _clean_fqn(name: str) -> str:
+    """Parameter name without the wrappers' prefixes (torch.compile, checkpoint wrapper)."""
+    return name.replace("_orig_mod.", "").replace("_checkpoint_wrapped_module.", "")
+
+
+def full_state_dict(policy: Policy) -> dict[str, torch.Tensor]:
+    """The current torchtitan-named weights as full tensors (a collective under FSDP: every
+    rank must call it)."""
+    from torch.distributed.tensor import DTensor
+
+    state = {}
+    for name, value in policy.model.state_dict().items():
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        state[_clean_fqn(name)] = value.detach()
+    return state
 
 
 def hf_state_dict(policy: Policy) -> dict[str, torch.Tensor]:
     """The current weights under HF names (full tensors, on the model's device)."""
-    state = {k: v.detach() for k, v in policy.model.state_dict().items()}
-    return policy.adapter.to_hf(state)
-
-
-def output_weight(model: nn.Module) -> torch.Tensor:
-    """The lm_head weight [vocab, dim]."""
-    return model.output.weight
+    return policy.adapter.to_hf(full_state_dict(policy))
 
 
 def varlen_metadata(cu_seqlens: torch.Tensor, max_len: int) -> Any:
@@ -137,15 +263,24 @@ def varlen_metadata(cu_seqlens: torch.Tensor, max_len: int) -> Any:
     return VarlenMetadata(cu_seq_q=cu, cu_seq_k=cu, max_q=max_len, max_k=max_len)
 
 
-def hidden_states(
-    model: nn.Module,
+def policy_logprobs(
+    policy: Policy,
     tokens: torch.Tensor,
-    positions: torch.Tensor | None = None,
-    attention_masks: Any = None,
-) -> torch.Tensor:
-    """The model's forward up to (and including) the final norm: [B, L, dim]. Mirrors
-    `Qwen3Model.forward` without `output`, so the lm_head can be applied in chunks."""
-    h = model.tok_embeddings(tokens)
-    for layer in model.layers.values():
-        h = layer(h, model.rope_cache, attention_masks, positions)
-    return model.norm(h)
+    positions: torch.Tensor | None,
+    attention_masks: Any,
+    rows: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    chunk_size: int,
+    matmul_dtype: torch.dtype = torch.float32,
+    fused: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's forward on `tokens` [B, L]; the lm_head is applied only to the flattened
+    hidden rows `rows`, against `targets`: returns (logp, entropy) per row, fp32. `fused`:
+    compile the lm_head's log-softmax statistics (see `trainer.logprobs.token_logprobs`)."""
+    head = policy.model.output
+    head.request = (rows, targets, chunk_size, matmul_dtype, fused)
+    try:
+        return policy.model(tokens, attention_masks=attention_masks, positions=positions)
+    finally:
+        head.request = None

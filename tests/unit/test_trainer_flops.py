@@ -1,0 +1,52 @@
+"""FLOPs formulas (MFU) and the FSDP sample split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainer.flops import matmul_params, peak_flops, step_flops, titan_step_flops
+from trainer.step import rank_sample_range
+
+pytestmark = pytest.mark.unit
+
+QWEN3_1_7B = {
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
+
+
+def test_titan_convention_reproduces_the_h200_anchor():
+    # shared/notes/TRAINER.md: torchtitan 0.2.2, Qwen3-1.7B, 8192 x 2, 27,895 tokens/s = 39.8 % MFU
+    per_step = titan_step_flops(QWEN3_1_7B, [8192, 8192], 8192)
+    mfu = per_step / (16384 / 27_895) / peak_flops("NVIDIA H200")
+    assert mfu == pytest.approx(0.398, abs=0.001)
+
+
+def test_step_flops_counts_the_lm_head_and_causal_attention():
+    n = matmul_params(QWEN3_1_7B)
+    assert n == 28 * (2048 * 2048 * 2 + 2048 * 1024 * 2 + 3 * 2048 * 6144) + 151936 * 2048
+    one = step_flops(QWEN3_1_7B, [8192])
+    attention = 6 * 28 * 16 * 128 * 8192**2
+    assert one == 6 * n * 8192 + attention
+    # packing shorter samples: same linear work, attention only within each sample
+    assert step_flops(QWEN3_1_7B, [4096, 4096]) == 6 * n * 8192 + attention / 2
+    assert step_flops(QWEN3_1_7B, [8192, 8192]) / titan_step_flops(
+        QWEN3_1_7B, [8192, 8192], 8192
+    ) == pytest.approx(0.93, abs=0.01)
+    assert peak_flops("cpu") is None
+
+
+def test_rank_sample_range_balances_tokens_and_covers_every_sample():
+    cu = np.array([0, 10, 40, 45, 50, 90])
+    ranges = [rank_sample_range(cu, r, 2) for r in range(2)]
+    assert ranges == [(0, 3), (3, 5)]  # 45 | 45 tokens
+    assert [rank_sample_range(cu, r, 3) for r in range(3)] == [(0, 2), (2, 4), (4, 5)]
+    # fewer samples than ranks: a rank may get none (it runs zero-weight fillers)
+    assert [rank_sample_range(np.array([0, 5]), r, 2) for r in range(2)] == [(0, 0), (0, 1)]

@@ -1,0 +1,150 @@
+"""Resumable trainer state: DCP checkpoints of model + optimizer, written atomically.
+
+Layout: `checkpoint_dir/step_{n:06d}/` holds a `torch.distributed.checkpoint` save of
+`{"model": ..., "optim": ...}` (`get_state_dict` names: no compile / AC-wrapper prefixes, FSDP
+shards saved by every rank) plus `swefleet_checkpoint.json` (`step` = n = the next batch to
+train = the policy version the weights are). It is written into `step_{n:06d}.tmp-save`, the
+marker last, then renamed: a directory without `.tmp-` in its name is complete. A crash leaves
+only `.tmp-` entries, which `clean_partial` removes on the next start.
+
+With a process group every rank calls `save_checkpoint` / `load_checkpoint` (collectives);
+rank 0 does the file-system bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from trainer import titan
+
+MARKER = "swefleet_checkpoint.json"
+_NAME = re.compile(r"step_(\d{6,})")
+
+
+def checkpoint_path(directory: str | Path, step: int) -> Path:
+    return Path(directory) / f"step_{step:06d}"
+
+
+def clean_partial(directory: str | Path) -> list[Path]:
+    """Delete the `*.tmp-*` files/directories a crash left in `directory`; returns them."""
+    directory = Path(directory)
+    removed = []
+    if directory.is_dir():
+        for p in sorted(directory.iterdir()):
+            if ".tmp-" in p.name:
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                removed.append(p)
+    return removed
+
+
+def complete_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for p in directory.iterdir():
+        m = _NAME.fullmatch(p.name)
+        if m and p.is_dir() and (p / MARKER).is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str | Path) -> tuple[int, Path] | None:
+    found = complete_checkpoints(directory)
+    return found[-1] if found else None
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _state(policy: titan.Policy, optimizer: torch.optim.Optimizer) -> dict:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(policy.model, optimizer)
+    return {"model": model_sd, "optim": optim_sd}
+
+
+def _fsync_tree(path: Path) -> None:
+    for f in sorted(path.rglob("*")) + [path]:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def save_checkpoint(
+    policy: titan.Policy,
+    optimizer: torch.optim.Optimizer,
+    directory: str | Path,
+    step: int,
+    *,
+    keep: int,
+    meta: dict | None = None,
+) -> Path:
+    """Save model + optimizer as checkpoint `step` (atomically), then delete all but the
+    newest `keep` complete checkpoints. Returns the checkpoint's path."""
+    import torch.distributed.checkpoint as dcp
+
+    final = checkpoint_path(directory, step)
+    tmp = final.with_name(f"{final.name}.tmp-save")
+    if _rank() == 0:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    _barrier()
+    dcp.save(_state(policy, optimizer), checkpoint_id=str(tmp))
+    _barrier()
+    if _rank() == 0:
+        record = {"step": step, "written_at": time.time(), **(meta or {})}
+        (tmp / MARKER).write_text(json.dumps(record, indent=2))
+        _fsync_tree(tmp)
+        if final.exists():  # a stale copy of the same step (e.g. re-trained after a resume)
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        for _, old in complete_checkpoints(directory)[:-keep]:
+            shutil.rmtree(old)
+    _barrier()
+    return final
+
+
+def load_checkpoint(
+    policy: titan.Policy, optimizer: torch.optim.Optimizer, path: str | Path
+) -> dict:
+    """Load model + optimizer state from a complete checkpoint into `policy` / `optimizer`
+    (built the same way as when it was saved). Returns the checkpoint's marker record."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    path = Path(path)
+    record = json.loads((path / MARKER).read_text())
+    state = _state(policy, optimizer)
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(
+        policy.model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+    )
+    return record
