@@ -59,3 +59,24 @@ def test_killed_eval_resumes_without_redoing_episodes(tmp_path):
         ["docker", "ps", "-aq", "--filter", f"label=swefleet.owner_pid={proc.pid}"],
         capture_output=True, text=True, check=True).stdout.split()
     assert left == [], "the restarted eval did not reap the killed eval's containers"
+
+
+def test_model_agent_eval_reports_pass_at_k(tmp_path):
+    from swefleet.tinymodel import create_tiny_model
+
+    model = create_tiny_model(tmp_path / "model")
+    cfg = tmp_path / "eval.toml"
+    cfg.write_text("[agent]\nmax_steps = 1\nmax_tokens_per_turn = 16\n"
+                   "context_budget_tokens = 4096\n[inference]\ndevice = \"cpu\"\n")
+    out = tmp_path / "model-eval"
+    proc = subprocess.run(
+        _eval(out, "model", "--model", str(model), "--config", str(cfg), "-k", "2"),
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["n_tasks"] == 3 and report["n_episodes"] == 6
+    assert set(report["pass_at_k"]) == {"1", "2"}
+    assert report["tokens_mean"] > 0  # the agent really talked to the served model
+    episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert all(e["status"] in ("limit_steps", "format_errors", "unresolved", "resolved")
+               for e in episodes), [e["status"] for e in episodes]
