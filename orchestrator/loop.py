@@ -56,12 +56,15 @@ class RLLoop:
         on_step: Callable[[dict], None] | None = None,
         health: Callable[[], str | None] | None = None,
         resume: ResumePoint | None = None,
+        extra_metrics: Callable[[], dict] | None = None,
     ) -> None:
         self.cfg, self.rollout, self.tasks, self.run_dir = cfg, rollout, tasks, run_dir
         self.update_weights = update_weights
         self.on_step = on_step or (lambda record: None)
         self.health = health or (lambda: None)
         """Returns an error message when a process the loop depends on (the trainer) died."""
+        self.extra_metrics = extra_metrics or (lambda: {})
+        """Namespaced scalars from other components (fleet, trainer), merged into each step."""
         self.resume = resume or ResumePoint()
         self.state = LoopState(served_version=self.resume.version)
         self.ready: asyncio.Queue[list[Trajectory]] = asyncio.Queue()
@@ -293,6 +296,7 @@ class RLLoop:
             **{f"drops/{k}": v for k, v in self.state.drops.items()},
             **rollout_metrics(trajs, step),
             **cost_metrics(step_time_s, len(trajs), cfg.gpu_hour_price, cfg.n_gpus, cfg.currency),
+            **self.extra_metrics(),
         }
         return record
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from swefleet.config import RunConfig
 from swefleet.procs import die_with_parent
-from swefleet.rundir import RunDir, default_output_dir, write_json_atomic
+from swefleet.rundir import RunDir, default_output_dir, read_jsonl, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,8 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         rollout = await _environment(cfg, run_id, fleet, tokenizer, stack)
         loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, fleet.update_weights,
                       on_step=print_step, health=lambda: _trainer_problem(trainer, run_dir),
-                      resume=resume)
+                      resume=resume,
+                      extra_metrics=lambda: {**fleet.metrics(), **trainer_step_metrics(run_dir)})
         _install_sigterm()
         records = await loop.run()
         summary = print_summary(run_dir, records, time.monotonic() - t0,
@@ -172,6 +173,19 @@ def stop_trainer(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def trainer_step_metrics(run_dir: RunDir) -> dict:
+    """The trainer's latest step record under `trainer/`, plus its idle fraction."""
+    records = read_jsonl(run_dir.trainer_metrics)
+    if not records:
+        return {}
+    last = records[-1]
+    busy = last.get("step_time_s", 0.0) + last.get("export_time_s", 0.0)
+    wait = last.get("wait_time_s", 0.0)
+    out = {f"trainer/{k}": v for k, v in last.items() if isinstance(v, (int, float))}
+    out["trainer/idle_fraction"] = wait / (wait + busy) if wait + busy > 0 else 0.0
+    return out
 
 
 def _trainer_problem(proc: subprocess.Popen, run_dir: RunDir) -> str | None:
