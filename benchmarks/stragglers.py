@@ -36,15 +36,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.config import InferenceConfig  # noqa: E402
-from inference.fleet import FleetClient  # noqa: E402
-from inference.launch import start_server  # noqa: E402
-from inference.protocol import RequestCancelled  # noqa: E402
-from orchestrator.config import OrchestratorConfig  # noqa: E402
-from orchestrator.loop import RLLoop  # noqa: E402
-from orchestrator.metrics import percentile  # noqa: E402
-from swefleet.rundir import RunDir, read_jsonl  # noqa: E402
-from swefleet.types import EpisodeStatus, Task, Trajectory, Turn  # noqa: E402
+from inference.config import InferenceConfig
+from inference.fleet import FleetClient
+from inference.launch import start_server
+from inference.protocol import RequestCancelled
+from orchestrator.config import OrchestratorConfig
+from orchestrator.loop import RLLoop
+from orchestrator.metrics import percentile
+from swefleet.rundir import RunDir, read_jsonl
+from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
 HANG_TOKEN = 1000
 

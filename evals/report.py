@@ -58,13 +58,13 @@ def report_markdown(report: dict) -> str:
         "# swefleet eval",
         "",
         f"- success rate: **{report['success_rate']:.1%}** (95% CI {lo:.1%} – {hi:.1%})",
-        f"- tasks: {report['n_tasks']}, episodes: {report['n_episodes']}, "
-        f"infra errors: {report['infra_errors']} "
-        f"(rate with them as failures: {report['success_rate_infra_as_failure']:.1%})",
+        (f"- tasks: {report['n_tasks']}, episodes: {report['n_episodes']}, "
+         f"infra errors: {report['infra_errors']} "
+         f"(rate with them as failures: {report['success_rate_infra_as_failure']:.1%})"),
         "- pass@k: " + ", ".join(f"k={k}: {v:.1%}" for k, v in report["pass_at_k"].items()),
         "- pass^k: " + ", ".join(f"k={k}: {v:.1%}" for k, v in report["pass_hat_k"].items()),
-        f"- flip rate: {report['flip_rate']:.1%}; tokens/episode: {report['tokens_mean']:.0f}; "
-        f"wall s/episode: {report['wall_s_mean']:.1f}",
+        (f"- flip rate: {report['flip_rate']:.1%}; tokens/episode: {report['tokens_mean']:.0f}; "
+         f"wall s/episode: {report['wall_s_mean']:.1f}"),
         "",
         "| task | outcomes |",
         "|---|---|",

@@ -109,7 +109,7 @@ def start_server(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent,  # a kill -9 of the parent must not orphan the server
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - a kill -9 of the parent must not orphan it
             env={**os.environ, **(env or {})},
         )
     handle = ServerHandle(proc, "", 0, log)

@@ -63,7 +63,7 @@ class RLLoop:
         self.on_step = on_step or (lambda record: None)
         self.health = health or (lambda: None)
         """Returns an error message when a process the loop depends on (the trainer) died."""
-        self.extra_metrics = extra_metrics or (lambda: {})
+        self.extra_metrics = extra_metrics or (dict)
         """Namespaced scalars from other components (fleet, trainer), merged into each step."""
         self.resume = resume or ResumePoint()
         self.state = LoopState(served_version=self.resume.version)

@@ -160,7 +160,7 @@ def start_trainer(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> subproces
     return subprocess.Popen(
         [sys.executable, "-m", "trainer.main", "--config", str(job_path)],
         stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=die_with_parent,
+        preexec_fn=die_with_parent,  # noqa: PLW1509 - started from the main thread, before any fork
     )
 
 
