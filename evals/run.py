@@ -43,7 +43,9 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         remove_run_containers(run_id)
     records = read_jsonl(out / "episodes.jsonl")
     report = build_report(records, args.k)
+    report.update(cost_fields(report, cfg.orchestrator))
     write_json_atomic(out / "report.json", report)
+    write_swebench_outputs(records, out, model_name=args.model or args.server or args.agent)
     (out / "report.md").write_text(report_markdown(report))
     print(report_markdown(report))
     return 0
@@ -86,6 +88,29 @@ def _record(task: Task, attempt: int, traj: Trajectory, wall_s: float) -> dict:
         "model_patch": traj.model_patch,
         "grade": traj.grade.model_dump(exclude={"log"}) if traj.grade else None,
     }
+
+
+def cost_fields(report: dict, orch) -> dict:
+    """Cost per rollout from the mean wall time per episode and the configured hourly price."""
+    minutes = report["wall_s_mean"] / 60.0 * max(orch.n_gpus, 1)
+    return {"cost_minutes_per_rollout": minutes,
+            "cost_per_rollout": minutes / 60.0 * orch.gpu_hour_price, "currency": orch.currency}
+
+
+def write_swebench_outputs(records: list[dict], out: Path, model_name: str) -> None:
+    """SWE-bench predictions JSONL and run report for the first attempt of each task."""
+    from envs.grading import write_swebench_report
+    from swefleet.types import GradeResult
+
+    first = sorted((r for r in records if r["attempt"] == 0), key=lambda r: r["task_id"])
+    with open(out / "predictions.jsonl", "w", encoding="utf-8") as f:
+        for r in first:
+            f.write(json.dumps({"instance_id": r["task_id"], "model_name_or_path": model_name,
+                                "model_patch": r["model_patch"]}) + "\n")
+    graded = [GradeResult.model_validate(r["grade"]) for r in first if r.get("grade")]
+    write_swebench_report(graded, out / "swebench_report.json",
+                          patches={r["task_id"]: r["model_patch"] for r in first},
+                          total_instances=len(first))
 
 
 class _PatchPolicy:

@@ -30,6 +30,10 @@ def test_oracle_and_empty_rates(tmp_path, agent, rate):
     assert report["ci95"] == [rate, rate]
     assert report["pass_at_k"]["1"] == rate
     assert report["n_tasks"] == 3 and report["n_episodes"] == 3 and report["infra_errors"] == 0
+    preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(preds) == 3 and all(p["model_patch"] or agent == "empty" for p in preds)
+    swebench = json.loads((out / "swebench_report.json").read_text())
+    assert swebench["resolved_instances"] == (3 if agent == "oracle" else 0)
 
 
 def test_killed_eval_resumes_without_redoing_episodes(tmp_path):
