@@ -104,9 +104,8 @@ def write_swebench_outputs(records: list[dict], out: Path, model_name: str) -> N
 
     first = sorted((r for r in records if r["attempt"] == 0), key=lambda r: r["task_id"])
     with open(out / "predictions.jsonl", "w", encoding="utf-8") as f:
-        for r in first:
-            f.write(json.dumps({"instance_id": r["task_id"], "model_name_or_path": model_name,
-                                "model_patch": r["model_patch"]}) + "\n")
+        f.writelines(json.dumps({"instance_id": r["task_id"], "model_name_or_path": model_name,
+                                "model_patch": r["model_patch"]}) + "\n" for r in first)
     graded = [GradeResult.model_validate(r["grade"]) for r in first if r.get("grade")]
     write_swebench_report(graded, out / "swebench_report.json",
                           patches={r["task_id"]: r["model_patch"] for r in first},
