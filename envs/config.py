@@ -53,6 +53,9 @@ class SandboxLimits(BaseModel):
     pquota, or devicemapper. Left unset, disk is bounded only by the host."""
     nofile: int = Field(4096, ge=64)
     """Open-file limit (`ulimit -n`) inside the container."""
+    max_file_mb: int = Field(1024, ge=1)
+    """Largest file a process may write (`ulimit -f`, RLIMIT_FSIZE): a runaway writer gets
+    `File too large` instead of filling the host disk. Works on every storage driver."""
 
     @classmethod
     def for_task(cls, defaults: SandboxLimits, task: Any) -> SandboxLimits:

@@ -93,7 +93,11 @@ def run_kwargs(image: str, limits: SandboxLimits, labels: dict[str, str]) -> dic
         "memswap_limit": f"{limits.memory_mb}m",
         "nano_cpus": int(limits.cpus * 1e9),
         "pids_limit": limits.pids_limit,
-        "ulimits": [Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile)],
+        "ulimits": [
+            Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+            Ulimit(name="fsize", soft=limits.max_file_mb * 1024 * 1024,
+                   hard=limits.max_file_mb * 1024 * 1024),
+        ],
     }
     if limits.tmpfs_mb:
         kwargs["tmpfs"] = {"/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"}

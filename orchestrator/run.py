@@ -37,11 +37,16 @@ def run_rl(cfg: RunConfig) -> int:
     log.info("run %s -> %s", run_id, run_dir.root)
     from envs.reaper import remove_run_containers
 
+    from orchestrator.loop import RunAborted
+
     try:
         return asyncio.run(_run(cfg, run_dir, run_id))
     except KeyboardInterrupt:
         log.warning("interrupted: cleaning up")
         return 130
+    except RunAborted as e:
+        log.error("run aborted: %s\nstart the same command again to resume from %s", e, out)
+        return 1
     finally:
         n = remove_run_containers(run_id)
         if n:

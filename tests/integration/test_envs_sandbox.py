@@ -246,3 +246,14 @@ async def test_lifetime_ends_the_container(client, envs_tiny_task):
         assert isinstance(err.value, ContainerDied)
     finally:
         await box.close()
+
+
+async def test_filling_the_disk_is_stopped_at_the_file_size_cap(client, envs_tiny_task):
+    async with await _make(client, envs_tiny_task, max_file_mb=8) as box:
+        r = await box.run("dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo rc=$?",
+                          timeout_s=30)
+        # the writer gets SIGXFSZ ("File size limit exceeded") or EFBIG ("File too large")
+        assert "rc=0" not in r.output and "File" in r.output, r.output
+        size = (await box.run("stat -c %s /tmp/fill")).output.strip()
+        assert int(size) <= 8 * 2**20
+        assert (await box.run("rm /tmp/fill && echo alive")).output == "alive\n"

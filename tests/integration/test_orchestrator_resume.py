@@ -69,3 +69,31 @@ def test_kill_9_then_resume(tmp_path):
     scored_before = {e["episode_id"] for e in before if e["reward"] is not None}
     lost = scored_before - set(used)
     assert not lost, f"finished trajectories never trained on: {sorted(lost)[:5]}"
+
+
+def test_kill_9_of_the_trainer_fails_loudly_then_resumes(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cmd(out), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 400
+    while not (out / "weights" / "v000002").exists():
+        assert proc.poll() is None, "run ended before the trainer could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    ps = subprocess.run(["pgrep", "-f", f"trainer.main --config {out}"], capture_output=True,
+                        text=True, check=False).stdout.split()
+    assert len(ps) == 1, ps
+    os.kill(int(ps[0]), signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "trainer process exited with code -9" in stderr
+
+    done = subprocess.run(_cmd(out), cwd=REPO, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    weights = sorted(p.name for p in (out / "weights").iterdir() if ".tmp-" not in p.name)
+    assert weights == [f"v{i:06d}" for i in range(1, STEPS + 1)]
+    used = []
+    for b in sorted((out / "batches").glob("step_*.npz")):
+        used += read_batch(b)[1]["episode_ids"]
+    assert len(used) == len(set(used))
