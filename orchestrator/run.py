@@ -36,7 +36,6 @@ def run_rl(cfg: RunConfig) -> int:
     run_id = f"{cfg.name}-{uuid.uuid4().hex[:8]}"
     log.info("run %s -> %s", run_id, run_dir.root)
     from envs.reaper import remove_run_containers
-
     from orchestrator.loop import RunAborted
 
     try:
