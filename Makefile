@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup engine base-image run test test-unit lint bench clean
+.PHONY: setup engine base-image vllm-src run test test-unit lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -23,7 +23,12 @@ base-image: setup engine
 run: base-image
 	$(VENV)/bin/swefleet rl --config configs/quickstart.toml
 
-test: base-image
+# vLLM's own source (its wheel, unpacked, never installed) lets the tests check every `vllm serve`
+# flag swefleet emits against vLLM 0.26.0's argument parser; without it those tests skip.
+vllm-src: setup
+	bash scripts/fetch_vllm_source.sh || echo "vLLM source unavailable: its flag checks will skip"
+
+test: base-image vllm-src
 	$(VENV)/bin/pytest -m "not gpu" tests $(PYTEST_ARGS)
 
 test-unit: setup

@@ -400,6 +400,7 @@ class DockerGrader(Grader):
         self.mem_limit, self.pids_limit, self.cpus, self.user = mem_limit, pids_limit, cpus, user
         self.log_cap_chars = log_cap_chars
         self._pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="swefleet-grade")
+        self._closing = False
         self._lock = threading.Lock()
         self._docker = None
 
@@ -407,10 +408,13 @@ class DockerGrader(Grader):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self.grade_sync, task, model_patch)
 
-    def close(self) -> None:
-        """Wait for running grades, then release the threads and the Docker connection."""
-        self._pool.shutdown(wait=True)
-        if self._docker is not None:
+    def close(self, *, abandon: bool = False) -> None:
+        """Wait for running grades, then release the threads and the Docker connection.
+        `abandon` (shutdown): queued grades are dropped and no new container is started; a grade
+        already running ends by its own deadline and removes its container."""
+        self._closing = True
+        self._pool.shutdown(wait=not abandon, cancel_futures=abandon)
+        if self._docker is not None and not abandon:
             self._docker.close()
 
     def grade_sync(self, task: Task, model_patch: str) -> GradeResult:
@@ -437,6 +441,8 @@ class DockerGrader(Grader):
             return self._docker
 
     def _run(self, task: Task, model_patch: str, deadline: float) -> str:
+        if self._closing:
+            raise InfraError("grader is shutting down")
         container = self._client().containers.create(
             task.image,
             command=["sleep", str(int(self.timeout_s) + 300)],  # the container's lifetime cap

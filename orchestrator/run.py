@@ -143,7 +143,7 @@ async def _environment(cfg: RunConfig, run_id: str, fleet, tokenizer, stack):
     stack.push_async_callback(farm.close)
     await farm.start()  # reaps containers of dead runs first
     grader = DockerGrader(run_id)
-    stack.callback(grader.close)
+    stack.callback(grader.close, abandon=True)  # shutdown never waits for queued grades
     ctx = RolloutContext(farm=farm, grader=grader, model=fleet, tokenizer=tokenizer,
                          agent=cfg.agent)
     return swe_rollout(ctx)
