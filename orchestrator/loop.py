@@ -120,7 +120,7 @@ class RLLoop:
             cut_at = {}
             if grace is not None and len(runs) - len(pending) >= quorum:
                 cut_at = {r: by_run[r].started_at + grace * slowest for r in pending
-                          if by_run[r].started_at is not None}
+                          if by_run[r].started_at is not None and by_run[r].drop_reason is None}
             timeout = max(0.0, min(cut_at.values()) - time.monotonic()) if cut_at else None
             done, pending = await asyncio.wait(pending, timeout=timeout,
                                                return_when=asyncio.FIRST_COMPLETED)
@@ -198,11 +198,10 @@ class RLLoop:
                 self.state.tasks[eid].cancel()
 
     async def _wait_version(self, version: int, timeout_s: float | None) -> None:
-        async with self.version_changed:
-            await asyncio.wait_for(
-                self.version_changed.wait_for(lambda: self.state.served_version >= version),
-                timeout_s,
-            )
+        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that races
+        # with the condition coming true, and a swallowed cancel hangs shutdown
+        async with asyncio.timeout(timeout_s), self.version_changed:
+            await self.version_changed.wait_for(lambda: self.state.served_version >= version)
 
     def _count_drop(self, reason: str, n: int = 1) -> None:
         self.state.drops[reason] = self.state.drops.get(reason, 0) + n
@@ -245,7 +244,7 @@ class RLLoop:
         finally:
             for t in [steps, *components]:
                 t.cancel()
-            await asyncio.gather(steps, *components, return_exceptions=True)
+            await _settle([steps, *components])
             await self._cancel_in_flight()
 
     async def _steps(self) -> list[dict]:
@@ -304,6 +303,14 @@ class RLLoop:
         pending = list(self.groups) + list(self.state.tasks.values())
         for t in pending:
             t.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await _settle(pending)
 
+
+async def _settle(tasks: list[asyncio.Task], timeout_s: float = 60.0) -> None:
+    """Wait for cancelled tasks to finish, but never hang shutdown on one that does not."""
+    if not tasks:
+        return
+    _, stuck = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in stuck:
+        log.error("task %s did not finish %.0fs after cancellation; leaving it", t.get_name(),
+                  timeout_s)

@@ -201,10 +201,21 @@ def _trainer_problem(proc: subprocess.Popen, run_dir: RunDir) -> str | None:
 
 
 def _install_sigterm() -> None:
-    """SIGTERM cancels the run like Ctrl-C does, so cleanup runs."""
+    """SIGTERM cancels the run like Ctrl-C does, so cleanup runs; SIGUSR1 logs every task's
+    stack (what is the run waiting for?)."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
+
+
+def _dump_tasks() -> None:
+    import io
+
+    buf = io.StringIO()
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=8, file=buf)
+    log.warning("SIGUSR1: %d tasks\n%s", len(asyncio.all_tasks()), buf.getvalue())
 
 
 def free_port() -> int:
