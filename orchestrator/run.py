@@ -40,8 +40,8 @@ def run_rl(cfg: RunConfig) -> int:
 
     try:
         return asyncio.run(_run(cfg, run_dir, run_id))
-    except KeyboardInterrupt:
-        log.warning("interrupted: cleaning up")
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        log.warning("interrupted: in-flight episodes cancelled, containers and processes stopped")
         return 130
     except RunAborted as e:
         log.error("run aborted: %s\nstart the same command again to resume from %s", e, out)
@@ -87,6 +87,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from orchestrator.summary import print_step, print_summary
 
     t0 = time.monotonic()
+    _install_signal_handlers()
     async with AsyncExitStack() as stack:
         tasks = await asyncio.to_thread(_tasks_for, cfg)
         model_dir = await asyncio.to_thread(prepare_model, cfg, run_dir)
@@ -113,7 +114,6 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
                       on_step=print_step, health=lambda: _trainer_problem(trainer, run_dir),
                       resume=resume,
                       extra_metrics=lambda: {**fleet.metrics(), **trainer_step_metrics(run_dir)})
-        _install_sigterm()
         records = await loop.run()
         summary = print_summary(run_dir, records, time.monotonic() - t0,
                                 served_version=loop.state.served_version)
@@ -200,12 +200,14 @@ def _trainer_problem(proc: subprocess.Popen, run_dir: RunDir) -> str | None:
     return f"trainer process exited with code {code}; last log lines:\n{tail}"
 
 
-def _install_sigterm() -> None:
-    """SIGTERM cancels the run like Ctrl-C does, so cleanup runs; SIGUSR1 logs every task's
-    stack (what is the run waiting for?)."""
+def _install_signal_handlers() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM cancel the run so cleanup runs — SIGINT explicitly, since a
+    process started in the background by a non-interactive shell inherits it as ignored; SIGUSR1
+    logs every task's stack (what is the run waiting for?)."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
-    loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, main.cancel)
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
 
 
