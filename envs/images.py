@@ -15,11 +15,11 @@ import io
 import json
 import logging
 import os
-import time
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from swefleet.types import Task
@@ -162,6 +162,31 @@ WORKDIR {workdir}
         )
     buf.seek(0)
     return buf
+
+
+def ensure_image_from_files(
+    tag: str, dockerfile: str, files: dict[str, bytes], kind: str = "task"
+) -> str:
+    """Build (or reuse) `tag` from a Dockerfile and in-memory context files (path -> bytes),
+    with the network off and label `swefleet.kind=<kind>`. Used by `envs.synth` for recipe
+    images; `tag` must be content-addressed by the caller."""
+    if kind == "task":
+        _touch_usage(tag)
+    if image_exists(tag):
+        return tag
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    docker_client().images.build(
+        fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True, network_mode="none",
+        labels={LABEL_KIND: kind},
+    )
+    log.info("built %s image %s", kind, tag)
+    return tag
 
 
 def _usage_file() -> Path:

@@ -13,7 +13,9 @@ strings as on the Hub. Any problem raises `TaskFileError` naming the file, the r
 and instance_id) and the field.
 
 A task's `source_dir` is relative to the task file's directory (`resolve_source_dir`);
-`prepare_task_images` builds one image per distinct source dir with `envs.images`.
+`prepare_task_images` builds one image per distinct source dir with `envs.images`. A generated
+task (`envs.synth`) has a `recipe` field instead (a recipe path relative to the task file): its
+image is the package's sdist (downloaded by pip at build time) with the bug applied.
 """
 
 from __future__ import annotations
@@ -169,8 +171,15 @@ def _check_semantics(task: Task, where: str) -> None:
         get_log_parser(task.log_parser)
     except ValueError as e:
         raise TaskFileError(f"{where}: field 'log_parser': {e}") from None
-    if not task.image and not task.source_dir:
+    if not task.image and not task.source_dir and not recipe_of(task):
         raise TaskFileError(f"{where}: field 'image': neither 'image' nor 'source_dir' is set")
+
+
+def recipe_of(task: Task) -> str:
+    """The task's `recipe` field (a generated task: its image is built from the recipe, see
+    `envs.synth`), or ''."""
+    recipe = (task.model_extra or {}).get("recipe") or ""
+    return recipe if isinstance(recipe, str) else ""
 
 
 def resolve_source_dir(task: Task, tasks_file: str | Path) -> Path:
@@ -197,6 +206,11 @@ def prepare_task_images(
     built: dict[tuple[Path, str, str], str] = {}
     for task in tasks:
         if task.image:
+            continue
+        if not task.source_dir and recipe_of(task):
+            from envs.synth.build import ensure_recipe_task_image
+
+            task.image = ensure_recipe_task_image(task, tasks_file, base_image)
             continue
         source = resolve_source_dir(task, tasks_file)
         key = (source, task.repo, task.workdir)

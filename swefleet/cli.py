@@ -49,8 +49,14 @@ def _images(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks(args: argparse.Namespace) -> int:
+    from envs.synth import cli
+
+    return {"generate": cli.generate_cli, "validate": cli.validate_cli}[args.tasks_cmd](args)
+
+
 def _clean(args: argparse.Namespace) -> int:
-    from envs.farm import remove_run_containers
+    from envs.reaper import remove_run_containers
 
     n = remove_run_containers(args.run_id)
     print(f"removed {n} containers")
@@ -93,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--older-than-days", type=float, default=7.0)
     im.set_defaults(func=_images)
 
+    _add_tasks_parsers(sub)
+
     cl = sub.add_parser("clean", help="remove containers left by runs")
     cl.add_argument("--run-id", default=None, help="only this run (default: all swefleet runs)")
     cl.set_defaults(func=_clean)
@@ -126,6 +134,34 @@ def _add_bench_parsers(sub) -> None:
     rc.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
     rc.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     rp.set_defaults(func=_report)
+
+
+def _add_tasks_parsers(sub) -> None:
+    ts = sub.add_parser("tasks", help="generate and validate task sets (docs/tasks.md)")
+    ts_sub = ts.add_subparsers(dest="tasks_cmd", required=True)
+    ge = ts_sub.add_parser("generate", help="bug tasks from a PyPI package recipe (envs/recipes)")
+    ge.add_argument("--recipe", action="append", required=True,
+                    help="recipe TOML (repeat for several packages)")
+    ge.add_argument("--n", type=int, default=12, help="tasks per package")
+    ge.add_argument("--out", required=True,
+                    help="task file (JSONL); this package's tasks are replaced, others kept")
+    ge.add_argument("--seed", type=int, default=0, help="orders the candidate bugs")
+    ge.add_argument("-k", type=int, default=2, help="runs per state; disagreeing tests dropped")
+    ge.add_argument("--concurrency", type=int, default=2, help="test runs at a time")
+    ge.add_argument("--max-candidates", type=int, default=0,
+                    help="candidates to try per package (0: 12 per task)")
+    ge.add_argument("--base-image", default="swefleet-base:bookworm")
+    ge.add_argument("--report", default="", help="also write the per-package report (JSON)")
+    va = ts_sub.add_parser("validate", help="gold resolves, empty does not, k runs agree")
+    va.add_argument("file", help="task file (JSONL/JSON/Parquet)")
+    va.add_argument("-k", type=int, default=2, help="runs of each patch per task")
+    va.add_argument("--split", default=None, help="only this split")
+    va.add_argument("--limit", type=int, default=0, help="only the first N tasks")
+    va.add_argument("--concurrency", type=int, default=2, help="test runs at a time")
+    va.add_argument("--timeout", type=float, default=300, help="deadline of one grading run")
+    va.add_argument("--base-image", default="swefleet-base:bookworm")
+    va.add_argument("--json", default="", help="also write the summary (JSON)")
+    ts.set_defaults(func=_tasks)
 
 
 def main(argv: list[str] | None = None) -> int:

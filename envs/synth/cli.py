@@ -1,0 +1,79 @@
+"""Handlers of `swefleet tasks generate` and `swefleet tasks validate` (imported lazily)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def generate_cli(args: argparse.Namespace) -> int:
+    from envs.images import build_base_image
+    from envs.synth.generate import GenerateConfig, generate_tasks, merge_into
+    from envs.synth.recipe import load_recipe
+
+    cfg = GenerateConfig(n=args.n, seed=args.seed, k=args.k, concurrency=args.concurrency,
+                         max_candidates=args.max_candidates, base_image=args.base_image)
+    build_base_image(cfg.base_image)
+    out = Path(args.out)
+    reports = []
+    failed = []
+    for recipe_path in args.recipe:
+        try:
+            result = asyncio.run(generate_tasks(Path(recipe_path), out, cfg))
+        except Exception as e:  # one package's failure does not stop the others
+            log.exception("%s: generation failed", recipe_path)
+            failed.append(f"{recipe_path}: {type(e).__name__}: {e}")
+            continue
+        prefix = load_recipe(recipe_path).instance_prefix
+        total = merge_into(out, prefix, result["tasks"])
+        report = result["report"]
+        reports.append(report)
+        print(f"{report['package']} {report['version']} ({report['split']}): "
+              f"{report['tasks']} tasks from {report['bugs_found']} bugs, "
+              f"{report['candidates_tried']} candidates tried, {report['seconds']}s; "
+              f"kinds {report['kinds']}; {out} now holds {total} tasks", flush=True)
+        if report["dropped"]:
+            print(f"  dropped: {json.dumps(report['dropped'])}")
+    if args.report:
+        Path(args.report).write_text(json.dumps(reports, indent=2) + "\n")
+    for line in failed:
+        print(f"FAILED {line}")
+    return 0 if not failed and all(r["tasks"] > 0 for r in reports) else 1
+
+
+def validate_cli(args: argparse.Namespace) -> int:
+    from envs.grading import DockerGrader
+    from envs.images import build_base_image
+    from envs.reaper import remove_run_containers
+    from envs.synth.validate import summary, validate_tasks
+    from envs.tasks import load_tasks, prepare_task_images
+
+    started = time.monotonic()
+    build_base_image(args.base_image)
+    tasks = load_tasks(args.file, split=args.split)
+    if args.limit:
+        tasks = tasks[: args.limit]
+    prepare_task_images(tasks, args.file, args.base_image)
+    run_id = f"validate-{uuid.uuid4().hex[:8]}"
+    grader = DockerGrader(run_id, timeout_s=args.timeout, max_parallel=args.concurrency)
+    try:
+        rows = asyncio.run(validate_tasks(tasks, grader, args.k, args.concurrency))
+    finally:
+        grader.close()
+        remove_run_containers(run_id)
+    for r in rows:
+        print(f"{'OK  ' if r.ok else 'FAIL'} {r.instance_id:70} {r.split:8} "
+              f"gold={','.join(r.gold)} empty={','.join(r.empty)}"
+              + ("" if r.ok else f"  {'; '.join(r.reasons)}"))
+    result = summary(rows, args.k) | {"seconds": round(time.monotonic() - started, 1)}
+    print(json.dumps({k: v for k, v in result.items() if k != "invalid"}))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if result["valid"] == result["tasks"] else 1

@@ -1,0 +1,81 @@
+"""FAIL_TO_PASS / PASS_TO_PASS from repeated runs: flaky and cut ids dropped, verdicts checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envs.grading import END_TEST_OUTPUT, START_TEST_OUTPUT, VERDICT
+from envs.synth.derive import decide
+from envs.synth.probe import Baseline, judge, well_formed
+from envs.synth.validate import check, summary
+from swefleet.types import GradeResult, GradeStatus, Task
+
+pytestmark = pytest.mark.unit
+
+
+def run(statuses: dict[str, str]) -> GradeResult:
+    """A grading result whose log is in the grader's format (so it can be re-graded)."""
+    body = "\n".join(f"{s} {t}" for t, s in statuses.items())
+    rc = 0 if all(s == "PASSED" for s in statuses.values()) else 1
+    verdict = json.dumps({"phase": "tests", "exit_code": rc, "timed_out": False})
+    log = f"{START_TEST_OUTPUT}\n{body}\n{END_TEST_OUTPUT}\n{VERDICT}{verdict}\n"
+    return GradeResult(instance_id="x", status=GradeStatus.unresolved, tests=statuses, log=log)
+
+
+def task() -> Task:
+    return Task(instance_id="x", repo="o/x", problem_statement="p", image="i", patch="p")
+
+
+def test_lists_come_from_all_runs_and_flaky_tests_are_dropped():
+    empty = [run({"t.py::a": "FAILED", "t.py::b": "PASSED", "t.py::c": "PASSED"}),
+             run({"t.py::a": "FAILED", "t.py::b": "PASSED", "t.py::c": "FAILED"})]
+    gold = [run({"t.py::a": "PASSED", "t.py::b": "PASSED", "t.py::c": "PASSED"})] * 2
+    d = decide(task(), empty, gold)
+    assert d.ok, d.reason
+    assert d.task.FAIL_TO_PASS == ["t.py::a"]
+    assert d.task.PASS_TO_PASS == ["t.py::b"]
+    assert d.flaky == 1  # c: passed once and failed once on the buggy state
+
+
+def test_a_task_needs_both_lists():
+    empty = [run({"t.py::a": "FAILED"})] * 2
+    gold = [run({"t.py::a": "PASSED"})] * 2
+    d = decide(task(), empty, gold)
+    assert not d.ok and "PASS_TO_PASS" in d.reason
+
+
+def test_tests_failing_with_the_gold_patch_are_in_neither_list():
+    empty = [run({"t.py::a": "FAILED", "t.py::b": "PASSED", "t.py::z": "FAILED"})] * 2
+    gold = [run({"t.py::a": "PASSED", "t.py::b": "PASSED", "t.py::z": "FAILED"})] * 2
+    d = decide(task(), empty, gold)
+    assert d.ok and "t.py::z" not in d.task.FAIL_TO_PASS + d.task.PASS_TO_PASS
+
+
+def test_ids_cut_at_a_space_are_never_used():
+    assert not well_formed("t.py::test_x[a") and well_formed("t.py::test_x[a b]") is True
+    assert not well_formed("t.py")
+
+
+def test_judge_wants_broken_tests_and_an_intact_collection():
+    base = Baseline(passing={"t.py::a", "t.py::b", "u.py::c"},
+                    seen={"t.py::a", "t.py::b", "u.py::c"})
+    broke = run({"t.py::a": "FAILED", "t.py::b": "PASSED"})
+    assert judge(broke, base, ["t.py"], max_failing=5) == ["t.py::a"]
+    assert judge(run({"t.py::a": "PASSED", "t.py::b": "PASSED"}), base, ["t.py"], 5) is None
+    assert judge(run({"t.py::b": "PASSED"}), base, ["t.py"], 5) is None  # a vanished
+    everything = run({"t.py::a": "FAILED", "t.py::b": "FAILED"})
+    assert judge(everything, base, ["t.py"], max_failing=1) is None
+
+
+def test_validation_wants_every_gold_run_resolved_and_every_empty_run_unresolved():
+    res = GradeResult(instance_id="x", status=GradeStatus.resolved)
+    unres = GradeResult(instance_id="x", status=GradeStatus.unresolved, reason="1/1 failed")
+    err = GradeResult(instance_id="x", status=GradeStatus.error, reason="patch did not apply")
+    assert check(task(), [res, res], [unres, unres]).ok
+    assert not check(task(), [res, unres], [unres, unres]).ok
+    assert not check(task(), [res, res], [unres, err]).ok
+    rows = [check(task(), [res], [unres]), check(task(), [err], [unres])]
+    s = summary(rows, k=1)
+    assert (s["tasks"], s["valid"], len(s["invalid"])) == (2, 1, 1)
