@@ -11,10 +11,9 @@ The procedure follows SWE-bench's harness (`swebench.harness.run_evaluation` + `
 5. the log is parsed with the swebench parser named by `task.log_parser` and FAIL_TO_PASS /
    PASS_TO_PASS are decided with swebench's own `get_eval_tests_report`.
 
-Everything the decision needs is in the log (SWE-bench markers plus a last `verdict` line that
-only the grader writes), so `regrade_from_log(task, result.log)` reproduces the live grade, e.g.
-after a task's test lists are corrected. Docker failures give status `error` with a reason
-starting with `infra:`: never `unresolved`.
+The decision is read back from the log (`envs/gradelog.py`), so a stored log can be graded again;
+SWE-bench's file formats are in `envs/swebench_io.py`. Docker failures give status `error` with a
+reason starting with `infra:`: never `unresolved`.
 """
 
 from __future__ import annotations
@@ -29,13 +28,26 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envs.containers import sandbox_labels
+from envs.gradelog import (
+    APPLY_PATCH_FAIL,
+    APPLY_PATCH_PASS,
+    END_TEST_OUTPUT,
+    REASON_INFRA,
+    RESET_FAILED,
+    START_TEST_OUTPUT,
+    TEST_EXIT_CODE,
+    TESTS_TIMEOUT,
+    VERDICT,
+    cap_text,
+    is_infra,
+    patch_paths,
+    regrade_from_log,
+    test_files_of,
+)
 from envs.protocol import Grader, InfraError
 from swefleet.types import GradeResult, GradeStatus, Task
 
@@ -44,184 +56,7 @@ log = logging.getLogger(__name__)
 LABEL_RUN = "swefleet.run"
 LABEL_KIND = "swefleet.kind"
 LABEL_INSTANCE = "swefleet.instance"
-
-# SWE-bench's log markers (swebench.harness.constants), repeated here so that reading a log does
-# not import swebench's harness package (which imports docker and datasets, ~2 s).
-APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
-APPLY_PATCH_PASS = ">>>>> Applied Patch"
-RESET_FAILED = ">>>>> Reset Failed"
-TESTS_TIMEOUT = ">>>>> Tests Timed Out"
-START_TEST_OUTPUT = ">>>>> Start Test Output"
-END_TEST_OUTPUT = ">>>>> End Test Output"
-TEST_EXIT_CODE = ">>>>> Test Exit Code"
-#: The last line of every grading log: JSON written by the grader, never by the tests.
-VERDICT = ">>>>> swefleet verdict: "
-
-REASON_PATCH = "patch did not apply"
-REASON_TIMEOUT = "tests timed out"
-REASON_NO_SUITE = "suite did not run"
-REASON_INFRA = "infra"
-
-#: SWE-bench's NON_TEST_EXTS: files of a test patch that are data, not test files to run.
-NON_TEST_EXTS = (
-    ".json",
-    ".png",
-    "csv",
-    ".txt",
-    ".md",
-    ".jpg",
-    ".jpeg",
-    ".pkl",
-    ".yml",
-    ".yaml",
-    ".toml",
-)
-_DIFF_PATH = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.MULTILINE)
-_PLUS_PATH = re.compile(r"^\+\+\+ b/(\S+)", re.MULTILINE)
 _SCRATCH = "/tmp/swefleet"
-
-
-# ---------------------------------------------------------------------------------------------
-# Test files and parsers
-
-
-def patch_paths(patch: str) -> list[str]:
-    """Paths a unified/git diff touches (old and new names), in order, without duplicates."""
-    paths: list[str] = []
-    for a, b in _DIFF_PATH.findall(patch):
-        paths += [a, b]
-    paths += _PLUS_PATH.findall(patch)
-    return list(dict.fromkeys(p for p in paths if p != "/dev/null"))
-
-
-def test_files_of(task: Task) -> list[str]:
-    """The test files to run: `task.test_files`, else the test files `test_patch` creates or
-    changes (not deletes), without data files (SWE-bench's `get_test_directives`)."""
-    if task.test_files:
-        return list(task.test_files)
-    deleted = set(re.findall(r"^--- a/(\S+)\n\+\+\+ /dev/null", task.test_patch, re.MULTILINE))
-    return [
-        p
-        for p in _PLUS_PATH.findall(task.test_patch)
-        if p not in deleted and not p.endswith(NON_TEST_EXTS)
-    ]
-
-
-def parser_key(name: str) -> str:
-    """`pytest` -> `parse_log_pytest` (swebench's PARSER_REGISTRY key); full keys pass through."""
-    return name if name.startswith("parse_log_") else f"parse_log_{name}"
-
-
-def get_log_parser(name: str):
-    """The swebench log parser called `name` (`pytest`, `django`, `parse_log_sympy`, ...)."""
-    from swebench.harness.log_parsers import PARSER_REGISTRY
-
-    try:
-        return PARSER_REGISTRY[parser_key(name)]
-    except KeyError:
-        known = ", ".join(sorted(k.removeprefix("parse_log_") for k in PARSER_REGISTRY))
-        raise ValueError(f"unknown log parser {name!r}; known: {known}") from None
-
-
-def _test_spec(task: Task):
-    from swebench.types import TestSpec
-
-    return TestSpec(
-        instance_id=task.instance_id,
-        image=task.image,
-        eval_script_list=[],
-        repo=task.repo,
-        version=task.version,
-        FAIL_TO_PASS=task.FAIL_TO_PASS,
-        PASS_TO_PASS=task.PASS_TO_PASS,
-        log_parser=parser_key(task.log_parser),
-        eval_type="pass_and_fail",
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Deciding from a log (pure: no Docker)
-
-
-def regrade_from_log(task: Task, log_text: str) -> GradeResult:
-    """Grade a stored log again with the task's current FAIL_TO_PASS / PASS_TO_PASS lists."""
-    verdict = _read_verdict(log_text)
-    result = GradeResult(instance_id=task.instance_id, status=GradeStatus.error, log=log_text)
-    phase = verdict.get("phase")
-    if phase == "infra":
-        result.reason = f"{REASON_INFRA}: {verdict.get('error', 'unknown')}"
-    elif phase == "model_patch":
-        result.reason = REASON_PATCH
-    elif phase == "test_patch":
-        result.reason = f"{REASON_PATCH}: the test patch conflicts with the model patch"
-    elif phase == "reset":
-        result.reason = f"{REASON_INFRA}: could not reset the test files"
-    elif phase != "tests":
-        result.reason = f"{REASON_INFRA}: grading log has no verdict line (truncated?)"
-    elif verdict.get("timed_out"):
-        result.reason = REASON_TIMEOUT
-    else:
-        _decide_tests(task, _test_output(log_text), verdict.get("exit_code"), result)
-    return result
-
-
-def _read_verdict(log_text: str) -> dict:
-    last = log_text.rstrip("\n").rpartition("\n")[2]
-    if not last.startswith(VERDICT):
-        return {}
-    try:
-        verdict = json.loads(last[len(VERDICT) :])
-    except json.JSONDecodeError:
-        return {}
-    return verdict if isinstance(verdict, dict) else {}
-
-
-def _test_output(log_text: str) -> str:
-    """Between the first start marker and the last end marker (both written by the grader)."""
-    _, _, rest = log_text.partition(START_TEST_OUTPUT)
-    return rest.rpartition(END_TEST_OUTPUT)[0]
-
-
-def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeResult) -> None:
-    from swebench.harness.grading import SUITE_RAN, get_eval_tests_report, get_resolution_status
-
-    status_map = get_log_parser(task.log_parser)(output, _test_spec(task))
-    result.tests = status_map
-    if not status_map and not SUITE_RAN.search(output):
-        result.reason = f"{REASON_NO_SUITE} (exit code {exit_code}, no test results in the log)"
-        return
-    if exit_code not in (0, None) and not set(status_map.values()) & {"FAILED", "ERROR"}:
-        # swebench's anti-spoofing rule: a failing run that reports no failure is not this run
-        result.reason = (
-            f"{REASON_NO_SUITE} (exit code {exit_code} but no failed test in the "
-            "log: the log does not describe the run)"
-        )
-        return
-    gold = {"FAIL_TO_PASS": task.FAIL_TO_PASS, "PASS_TO_PASS": task.PASS_TO_PASS}
-    report = get_eval_tests_report(status_map, gold)
-    result.fail_to_pass = report["FAIL_TO_PASS"]
-    result.pass_to_pass = report["PASS_TO_PASS"]
-    if get_resolution_status(report) == "RESOLVED_FULL":  # swebench's ResolvedStatus.FULL
-        result.status = GradeStatus.resolved
-        return
-    f2p_bad, p2p_bad = report["FAIL_TO_PASS"]["failure"], report["PASS_TO_PASS"]["failure"]
-    result.status = GradeStatus.unresolved
-    result.reason = (
-        f"{len(f2p_bad)}/{len(task.FAIL_TO_PASS)} FAIL_TO_PASS failed, "
-        f"{len(p2p_bad)}/{len(task.PASS_TO_PASS)} PASS_TO_PASS failed"
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Running in a container
-
-
-def cap_text(text: str, limit: int) -> str:
-    """Keep the head (1/4) and tail (3/4; pytest's summary is at the end) of `text`."""
-    if len(text) <= limit:
-        return text
-    head, tail = limit // 4, limit - limit // 4
-    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
 
 
 def _tar_files(files: Mapping[str, str], uid: int = 1000) -> bytes:
@@ -483,21 +318,6 @@ def _remove(container) -> None:
         log.warning("could not remove grading container %s: %s", container.id[:12], e)
 
 
-def is_infra(result: GradeResult) -> bool:
-    """True when the grading itself failed (Docker, daemon, lost log): the result says nothing
-    about the patch and must be retried or excluded, never scored."""
-    return result.status == GradeStatus.error and result.reason.startswith(REASON_INFRA + ":")
-
-
-def reward_of(result: GradeResult) -> float | None:
-    """1.0 resolved; 0.0 unresolved or an error the patch caused (did not apply, tests timed
-    out, suite did not run: SWE-bench counts these as not resolved, and excluding them would
-    teach a policy to break the suite instead of failing it); None for infra errors."""
-    if is_infra(result):
-        return None
-    return 1.0 if result.status == GradeStatus.resolved else 0.0
-
-
 # ---------------------------------------------------------------------------------------------
 # Many patches
 
@@ -542,179 +362,3 @@ async def _grade_guarded(grader: Grader, task: Task, patch: str) -> GradeResult:
             status=GradeStatus.error,
             reason=f"{REASON_INFRA}: {type(e).__name__}: {e}",
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# SWE-bench formats: predictions in, reports out
-
-
-class Prediction(BaseModel):
-    """One line of a SWE-bench predictions file."""
-
-    model_config = ConfigDict(extra="allow")
-
-    instance_id: str
-    model_patch: str | None = None
-    """The patch; None (SWE-bench's `patch_is_None`) is graded as an empty patch."""
-    model_name_or_path: str = "unknown"
-
-
-def read_predictions(path: str | Path) -> dict[str, Prediction]:
-    """SWE-bench predictions: JSONL, a JSON list, or a JSON dict keyed by instance id."""
-    path = Path(path)
-    text = path.read_text()
-    if path.suffix == ".jsonl":
-        rows = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
-        records = [(f"line {n}", _json(path, f"line {n}", line)) for n, line in rows]
-    else:
-        data = _json(path, "file", text)
-        values = list(data.values()) if isinstance(data, dict) else data
-        if not isinstance(values, list):
-            raise ValueError(f"{path}: expected a list or a dict of predictions")
-        records = [(f"record {i}", r) for i, r in enumerate(values)]
-    out: dict[str, Prediction] = {}
-    for where, record in records:
-        try:
-            pred = Prediction.model_validate(record)
-        except ValidationError as e:
-            raise ValueError(
-                f"{path}: {where}: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}"
-            ) from None
-        if pred.instance_id in out:
-            raise ValueError(f"{path}: {where}: duplicate instance_id {pred.instance_id!r}")
-        out[pred.instance_id] = pred
-    return out
-
-
-def _json(path: Path, where: str, text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: {where}: invalid JSON: {e}") from None
-
-
-def write_predictions(path: str | Path, patches: Mapping[str, str], model_name: str) -> None:
-    """Write SWE-bench predictions JSONL (`instance_id`, `model_name_or_path`, `model_patch`)."""
-    lines = [
-        json.dumps({"instance_id": iid, "model_name_or_path": model_name, "model_patch": patch})
-        for iid, patch in patches.items()
-    ]
-    Path(path).write_text("".join(line + "\n" for line in lines))
-
-
-def swebench_instance_report(result: GradeResult, model_patch: str | None = "x") -> dict:
-    """One `report.json` in SWE-bench's shape: {instance_id: {patch_is_None, patch_exists,
-    patch_successfully_applied, resolved, infra_failure, tests_status}}."""
-    applied = result.status != GradeStatus.error or not (
-        result.reason.startswith(REASON_PATCH) or result.reason.startswith(REASON_INFRA)
-    )
-    body = {
-        "patch_is_None": model_patch is None,
-        "patch_exists": model_patch is not None,
-        "patch_successfully_applied": applied,
-        "resolved": result.status == GradeStatus.resolved,
-        "infra_failure": result.reason.startswith(REASON_INFRA),
-    }
-    if body["infra_failure"]:
-        body["infra_failure_reason"] = result.reason
-    if result.fail_to_pass or result.pass_to_pass:
-        empty = {"success": [], "failure": []}
-        body["tests_status"] = {
-            "FAIL_TO_PASS": result.fail_to_pass or empty,
-            "PASS_TO_PASS": result.pass_to_pass or empty,
-            "FAIL_TO_FAIL": empty,
-            "PASS_TO_FAIL": empty,
-        }
-    return {result.instance_id: body}
-
-
-def write_swebench_report(
-    results: Iterable[GradeResult],
-    path: str | Path,
-    *,
-    patches: Mapping[str, str | None] | None = None,
-    total_instances: int | None = None,
-    instance_dir: str | Path | None = None,
-) -> dict:
-    """Write the run summary with SWE-bench's field names (`make_run_report`, schema_version 2).
-
-    `patches` marks empty patches (SWE-bench counts those apart and does not grade them);
-    resolved and unresolved results are `completed`; errors are `error_ids`, those with an
-    `infra:` reason also `infra_failure_ids`, timeouts and suites that did not run also
-    `ambiguous_failure_ids` (swebench's triage tiers); `failure_reasons` holds every error's
-    reason. With `instance_dir`, `<instance_dir>/<instance_id>/report.json` and
-    `test_output.txt` are written too (SWE-bench's per-instance layout).
-    """
-    results = list(results)
-    patches = patches or {}
-    ids = {
-        k: set()
-        for k in (
-            "completed",
-            "resolved",
-            "unresolved",
-            "error",
-            "empty_patch",
-            "infra_failure",
-            "ambiguous_failure",
-        )
-    }
-    reasons: dict[str, str] = {}
-    for r in results:
-        if r.instance_id in patches and not (patches[r.instance_id] or "").strip():
-            ids["empty_patch"].add(r.instance_id)
-        if r.status == GradeStatus.error:
-            ids["error"].add(r.instance_id)
-            reasons[r.instance_id] = r.reason
-            if r.reason.startswith(REASON_INFRA):
-                ids["infra_failure"].add(r.instance_id)
-            elif r.reason.startswith((REASON_TIMEOUT, REASON_NO_SUITE)):
-                ids["ambiguous_failure"].add(r.instance_id)
-        else:
-            ids["completed"].add(r.instance_id)
-            ids["resolved" if r.status == GradeStatus.resolved else "unresolved"].add(r.instance_id)
-    submitted = sorted({r.instance_id for r in results} | set(patches))
-    report = {
-        "total_instances": total_instances if total_instances is not None else len(submitted),
-        "submitted_instances": len(submitted),
-        **{
-            f"{k}_instances": len(ids[k])
-            for k in (
-                "completed",
-                "resolved",
-                "unresolved",
-                "infra_failure",
-                "ambiguous_failure",
-                "empty_patch",
-                "error",
-            )
-        },
-        "completed_ids": sorted(ids["completed"]),
-        "incomplete_ids": [],
-        "empty_patch_ids": sorted(ids["empty_patch"]),
-        "submitted_ids": submitted,
-        "resolved_ids": sorted(ids["resolved"]),
-        "unresolved_ids": sorted(ids["unresolved"]),
-        "infra_failure_ids": sorted(ids["infra_failure"]),
-        "ambiguous_failure_ids": sorted(ids["ambiguous_failure"]),
-        "failure_reasons": dict(sorted(reasons.items())),
-        "error_ids": sorted(ids["error"]),
-        "schema_version": 2,
-    }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=4) + "\n")
-    if instance_dir is not None:
-        _write_instance_reports(results, Path(instance_dir), patches)
-    return report
-
-
-def _write_instance_reports(
-    results: list[GradeResult], root: Path, patches: Mapping[str, str | None]
-) -> None:
-    for r in results:
-        d = root / r.instance_id
-        d.mkdir(parents=True, exist_ok=True)
-        report = swebench_instance_report(r, patches.get(r.instance_id, "x"))
-        (d / "report.json").write_text(json.dumps(report, indent=4) + "\n")
-        (d / "test_output.txt").write_text(r.log)

@@ -165,7 +165,7 @@ def _undo_arrow(value):
 def _check_semantics(task: Task, where: str) -> None:
     if not task.instance_id.strip():
         raise TaskFileError(f"{where}: field 'instance_id': must not be empty")
-    from envs.grading import get_log_parser
+    from envs.gradelog import get_log_parser
 
     try:
         get_log_parser(task.log_parser)

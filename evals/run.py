@@ -1,8 +1,9 @@
 """`swefleet eval`: run a policy on every task k times, grade in fresh containers, report.
 
 Resumable: each finished episode is appended to `DIR/episodes.jsonl`; a restarted eval skips the
-(task, attempt) pairs already there. Policies: `oracle` (gold patch), `empty` (no change) and
-`model` (the agent against a served checkpoint).
+(task, attempt) pairs already there. Policies: `oracle` (gold patch), `empty` (no change),
+`predictions` (the patches of a SWE-bench predictions file, graded here) and `model` (the agent
+against a served checkpoint).
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         from envs.reaper import reap_dead_runs
 
         reap_dead_runs(docker_client())  # what a killed earlier eval or run left behind
-        tasks = prepare_tasks(cfg)
+        select = None
+        if args.agent == "predictions":
+            preds = load_predictions_for(args)
+            select = lambda ts: only_predicted(ts, preds, args.predictions)
+        tasks = prepare_tasks(cfg, select)
         asyncio.run(_eval(cfg, args, tasks, out, run_id))
     finally:
         remove_run_containers(run_id)
@@ -99,7 +104,7 @@ def cost_fields(report: dict, orch) -> dict:
 
 def write_swebench_outputs(records: list[dict], out: Path, model_name: str) -> None:
     """SWE-bench predictions JSONL and run report for the first attempt of each task."""
-    from envs.grading import write_swebench_report
+    from envs.swebench_io import write_swebench_report
     from swefleet.types import GradeResult
 
     first = sorted((r for r in records if r["attempt"] == 0), key=lambda r: r["task_id"])
@@ -113,13 +118,20 @@ def write_swebench_outputs(records: list[dict], out: Path, model_name: str) -> N
 
 
 class _PatchPolicy:
-    """oracle / empty: a fixed patch per task, graded like any agent's."""
+    """oracle / empty / predictions: a fixed patch per task, graded like any agent's."""
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+    def __init__(self, kind: str, predictions: dict | None = None) -> None:
+        self.kind, self.predictions = kind, predictions or {}
+
+    def patch_for(self, task: Task) -> str:
+        if self.kind == "oracle":
+            return task.patch
+        if self.kind == "predictions":  # SWE-bench: model_patch None is graded as empty
+            return self.predictions[task.instance_id].model_patch or ""
+        return ""
 
     async def __call__(self, task: Task, grader) -> Trajectory:
-        patch = task.patch if self.kind == "oracle" else ""
+        patch = self.patch_for(task)
         traj = Trajectory(episode_id=uuid.uuid4().hex[:12], task_id=task.instance_id,
                           model_patch=patch, status=EpisodeStatus.unresolved)
         result = await grader.grade(task, patch)
@@ -156,9 +168,31 @@ class _AgentPolicy:
             await asyncio.to_thread(self.server.stop)
 
 
+def load_predictions_for(args: argparse.Namespace) -> dict:
+    """The predictions file of `--agent predictions`, keyed by instance id."""
+    from envs.swebench_io import read_predictions
+
+    if not args.predictions:
+        raise SystemExit("--agent predictions needs --predictions FILE (SWE-bench JSONL/JSON)")
+    return read_predictions(args.predictions)
+
+
+def only_predicted(tasks: list[Task], predictions: dict, source: str) -> list[Task]:
+    """The tasks a predictions file answers (SWE-bench grades submitted instances only); ids the
+    task set does not have are an error naming them."""
+    known = {t.instance_id for t in tasks}
+    unknown = sorted(set(predictions) - known)
+    if unknown:
+        raise ValueError(f"{source}: {len(unknown)} prediction(s) for instances not in the task "
+                         f"set: {', '.join(unknown[:10])}")
+    return [t for t in tasks if t.instance_id in predictions]
+
+
 async def _policy(cfg, args, run_id: str):
     if args.agent in ("oracle", "empty"):
         return _PatchPolicy(args.agent)
+    if args.agent == "predictions":
+        return _PatchPolicy("predictions", load_predictions_for(args))
     from agents.tokenizer import Tokenizer
     from envs.farm import DockerFarm
     from inference.fleet import FleetClient

@@ -62,7 +62,8 @@ def prepare_model(cfg: RunConfig, run_dir: RunDir) -> Path:
     return create_tiny_model(target, preset=cfg.model.preset, seed=cfg.model.seed)
 
 
-def prepare_tasks(cfg: RunConfig):
+def prepare_tasks(cfg: RunConfig, select=None):
+    """Load the configured tasks (`select` may narrow them) and build their images."""
     from envs.images import build_base_image
     from envs.tasks import load_tasks, prepare_task_images
 
@@ -70,6 +71,8 @@ def prepare_tasks(cfg: RunConfig):
     tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
     if cfg.tasks.limit:
         tasks = tasks[: cfg.tasks.limit]
+    if select is not None:
+        tasks = select(tasks)
     if not tasks:
         raise ValueError(f"no tasks in {cfg.tasks.path} (split={cfg.tasks.split})")
     prepare_task_images(tasks, cfg.tasks.path, cfg.tasks.base_image)
@@ -187,7 +190,8 @@ def trainer_step_metrics(run_dir: RunDir) -> dict:
     last = records[-1]
     busy = last.get("step_time_s", 0.0) + last.get("export_time_s", 0.0)
     wait = last.get("wait_time_s", 0.0)
-    out = {f"trainer/{k}": v for k, v in last.items() if isinstance(v, (int, float))}
+    out = {f"trainer/{k}": v for k, v in last.items()
+           if isinstance(v, (int, float)) or k == "moe_load"}  # moe_load: [layers][experts]
     out["trainer/idle_fraction"] = wait / (wait + busy) if wait + busy > 0 else 0.0
     return out
 

@@ -78,8 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate an agent/checkpoint on a task set")
     ev.add_argument("--tasks", required=True, help="task file (JSONL/JSON/Parquet)")
     ev.add_argument("--split", default=None, help="only this split (e.g. heldout)")
-    ev.add_argument("--agent", default="model", choices=["model", "oracle", "empty"],
-                    help="oracle applies the gold patch, empty submits nothing, model runs the agent")
+    ev.add_argument("--agent", default="model",
+                    choices=["model", "oracle", "empty", "predictions"],
+                    help="oracle applies the gold patch, empty submits nothing, predictions grades "
+                         "the patches of --predictions, model runs the agent")
+    ev.add_argument("--predictions", default="",
+                    help="SWE-bench predictions file (JSONL/JSON) for --agent predictions")
     ev.add_argument("--model", default="", help="HF checkpoint dir served by the embedded engine")
     ev.add_argument("--server", default="", help="URL of a running OpenAI-compatible server")
     ev.add_argument("--config", default="", help="TOML config for agent/envs/inference sections")
@@ -172,7 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("httpx", "httpcore", "urllib3", "docker"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as e:  # bad input: say what and where, no traceback
+        if args.verbose:
+            raise
+        print(f"swefleet {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envs.grading import DockerGrader, grade_many, regrade_from_log
+from envs.gradelog import regrade_from_log
+from envs.grading import DockerGrader, grade_many
 from envs.synth.probe import well_formed
 from swefleet.types import GradeResult, GradeStatus, Task
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envs.grading import DockerGrader, grade_many, is_infra
+from envs.gradelog import is_infra
+from envs.grading import DockerGrader, grade_many
 from envs.synth.mutators import Mutation
 from envs.synth.recipe import Recipe
 from swefleet.types import GradeResult, Task

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.grading import DockerGrader, grade_many, regrade_from_log
+from envs.gradelog import regrade_from_log
+from envs.grading import DockerGrader, grade_many
 from envs.tasks import load_tasks, prepare_task_images, resolve_source_dir
 from swefleet.types import GradeResult, GradeStatus, Task
 

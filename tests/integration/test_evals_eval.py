@@ -84,3 +84,27 @@ def test_model_agent_eval_reports_pass_at_k(tmp_path):
     episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert all(e["status"] in ("limit_steps", "format_errors", "unresolved", "resolved")
                for e in episodes), [e["status"] for e in episodes]
+
+
+def test_grading_a_swebench_predictions_file(tmp_path):
+    """`--agent predictions` grades another harness's patches: only the submitted instances,
+    `model_patch: null` as empty, and a prediction for an unknown instance is a clear error."""
+    tasks = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]
+    held = [t for t in tasks if t.get("split") == "heldout"]
+    preds = tmp_path / "preds.jsonl"
+    rows = [{"instance_id": held[0]["instance_id"], "model_patch": held[0]["patch"]},
+            {"instance_id": held[1]["instance_id"], "model_patch": None}]
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "preds"
+    proc = subprocess.run(_eval(out, "predictions", "--predictions", str(preds)), cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["n_tasks"] == 2 and report["success_rate"] == 0.5
+    swebench = json.loads((out / "swebench_report.json").read_text())
+    assert swebench["resolved_ids"] == [held[0]["instance_id"]]
+
+    preds.write_text(json.dumps({"instance_id": "nope__nope-1", "model_patch": ""}) + "\n")
+    bad = subprocess.run(_eval(tmp_path / "bad", "predictions", "--predictions", str(preds)),
+                         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert bad.returncode != 0 and "nope__nope-1" in bad.stderr

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from envs import grading as g
+from envs import gradelog as g
+from envs import grading
+from envs import swebench_io as sio
 from swefleet.types import GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.unit
@@ -180,15 +182,15 @@ def test_read_predictions_all_formats(tmp_path):
         {"instance_id": "b", "model_patch": None, "model_name_or_path": "m"},
     ]
     jl = tmp_path / "p.jsonl"
-    g.write_predictions(jl, {"a": "p", "b": ""}, "m")
+    sio.write_predictions(jl, {"a": "p", "b": ""}, "m")
     as_list = tmp_path / "l.json"
     as_list.write_text(json.dumps(preds))
     as_dict = tmp_path / "d.json"
     as_dict.write_text(json.dumps({p["instance_id"]: p for p in preds}))
-    assert g.read_predictions(jl)["a"].model_patch == "p"
-    assert g.read_predictions(jl)["b"].model_name_or_path == "m"
+    assert sio.read_predictions(jl)["a"].model_patch == "p"
+    assert sio.read_predictions(jl)["b"].model_name_or_path == "m"
     for path in (as_list, as_dict):
-        got = g.read_predictions(path)
+        got = sio.read_predictions(path)
         assert set(got) == {"a", "b"} and got["b"].model_patch is None
 
 
@@ -196,13 +198,13 @@ def test_read_predictions_errors_say_where(tmp_path):
     bad = tmp_path / "p.jsonl"
     bad.write_text('{"instance_id": "a", "model_patch": ""}\n{"model_patch": "x"}\n')
     with pytest.raises(ValueError, match=r"p\.jsonl: line 2: \('instance_id',\)"):
-        g.read_predictions(bad)
+        sio.read_predictions(bad)
     bad.write_text('{"instance_id": "a"}\n{"instance_id": "a"}\n')
     with pytest.raises(ValueError, match="line 2: duplicate instance_id 'a'"):
-        g.read_predictions(bad)
+        sio.read_predictions(bad)
     bad.write_text("{oops\n")
     with pytest.raises(ValueError, match="line 1: invalid JSON"):
-        g.read_predictions(bad)
+        sio.read_predictions(bad)
 
 
 def results() -> list[GradeResult]:
@@ -226,7 +228,7 @@ def results() -> list[GradeResult]:
 
 def test_write_swebench_report_fields_and_buckets(tmp_path):
     patches = {"r1": "p", "u1": "", "e1": "p", "e2": "p", "e3": "p"}
-    report = g.write_swebench_report(results(), tmp_path / "run.json", patches=patches)
+    report = sio.write_swebench_report(results(), tmp_path / "run.json", patches=patches)
     assert json.loads((tmp_path / "run.json").read_text()) == report
     assert report["schema_version"] == 2
     assert report["resolved_ids"] == ["r1"] and report["unresolved_ids"] == ["u1"]
@@ -246,7 +248,7 @@ def test_report_fields_match_swebench_make_run_report(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     graded = results()[:2]
     inst_dir = RUN_EVALUATION_LOG_DIR / "run1" / "m"
-    ours = g.write_swebench_report(graded, tmp_path / "ours.json", instance_dir=inst_dir)
+    ours = sio.write_swebench_report(graded, tmp_path / "ours.json", instance_dir=inst_dir)
     report = json.loads((inst_dir / "r1" / "report.json").read_text())
     assert set(report["r1"]) >= {
         "patch_is_None",
@@ -296,7 +298,7 @@ async def test_grade_many_order_concurrency_retry_and_fault_boundary():
     script["t1"] = [("error", "infra: APIError: flake"), ("unresolved", "1/1")]
     script["t2"] = [RuntimeError("grader bug"), RuntimeError("again")]
     grader = ScriptedGrader(script)
-    out = await g.grade_many(tasks, {t.instance_id: "p" for t in tasks}, grader, concurrency=2)
+    out = await grading.grade_many(tasks, {t.instance_id: "p" for t in tasks}, grader, concurrency=2)
     assert [r.instance_id for r in out] == [t.instance_id for t in tasks]
     assert out[1].status == GradeStatus.unresolved  # retried after an infra error
     assert out[2].status == GradeStatus.error
@@ -307,7 +309,7 @@ async def test_grade_many_order_concurrency_retry_and_fault_boundary():
 
 async def test_grade_many_rejects_missing_patches():
     with pytest.raises(ValueError, match="no patch for 1 task"):
-        await g.grade_many([task()], {}, ScriptedGrader({}))
+        await grading.grade_many([task()], {}, ScriptedGrader({}))
 
 
 @pytest.mark.parametrize(

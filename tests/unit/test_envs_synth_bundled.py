@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.grading import patch_paths
+from envs.gradelog import patch_paths
 from envs.synth.build import recipe_path_of
 from envs.synth.recipe import load_recipe
 from envs.tasks import load_tasks

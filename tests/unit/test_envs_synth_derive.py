@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envs.grading import END_TEST_OUTPUT, START_TEST_OUTPUT, VERDICT
+from envs.gradelog import END_TEST_OUTPUT, START_TEST_OUTPUT, VERDICT
 from envs.synth.derive import decide
 from envs.synth.probe import Baseline, judge, well_formed
 from envs.synth.validate import check, summary

@@ -1,0 +1,206 @@
+"""Grading logs: SWE-bench's markers, and the decision read back from a stored log (no Docker).
+
+Everything a grade needs is in its log (SWE-bench markers plus a last `verdict` line that only the
+grader writes), so `regrade_from_log(task, log)` reproduces the live grade, e.g. after a task's
+test lists are corrected. The tests' output is parsed with the swebench parser named by
+`task.log_parser`, and FAIL_TO_PASS / PASS_TO_PASS are decided with swebench's own
+`get_eval_tests_report`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from swefleet.types import GradeResult, GradeStatus, Task
+
+# SWE-bench's log markers (swebench.harness.constants), repeated here so that reading a log does
+# not import swebench's harness package (which imports docker and datasets, ~2 s).
+APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
+APPLY_PATCH_PASS = ">>>>> Applied Patch"
+RESET_FAILED = ">>>>> Reset Failed"
+TESTS_TIMEOUT = ">>>>> Tests Timed Out"
+START_TEST_OUTPUT = ">>>>> Start Test Output"
+END_TEST_OUTPUT = ">>>>> End Test Output"
+TEST_EXIT_CODE = ">>>>> Test Exit Code"
+#: The last line of every grading log: JSON written by the grader, never by the tests.
+VERDICT = ">>>>> swefleet verdict: "
+
+REASON_PATCH = "patch did not apply"
+REASON_TIMEOUT = "tests timed out"
+REASON_NO_SUITE = "suite did not run"
+REASON_INFRA = "infra"
+
+#: SWE-bench's NON_TEST_EXTS: files of a test patch that are data, not test files to run.
+NON_TEST_EXTS = (
+    ".json",
+    ".png",
+    "csv",
+    ".txt",
+    ".md",
+    ".jpg",
+    ".jpeg",
+    ".pkl",
+    ".yml",
+    ".yaml",
+    ".toml",
+)
+_DIFF_PATH = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.MULTILINE)
+_PLUS_PATH = re.compile(r"^\+\+\+ b/(\S+)", re.MULTILINE)
+
+# ---------------------------------------------------------------------------------------------
+# Test files and parsers
+
+
+def patch_paths(patch: str) -> list[str]:
+    """Paths a unified/git diff touches (old and new names), in order, without duplicates."""
+    paths: list[str] = []
+    for a, b in _DIFF_PATH.findall(patch):
+        paths += [a, b]
+    paths += _PLUS_PATH.findall(patch)
+    return list(dict.fromkeys(p for p in paths if p != "/dev/null"))
+
+
+def test_files_of(task: Task) -> list[str]:
+    """The test files to run: `task.test_files`, else the test files `test_patch` creates or
+    changes (not deletes), without data files (SWE-bench's `get_test_directives`)."""
+    if task.test_files:
+        return list(task.test_files)
+    deleted = set(re.findall(r"^--- a/(\S+)\n\+\+\+ /dev/null", task.test_patch, re.MULTILINE))
+    return [
+        p
+        for p in _PLUS_PATH.findall(task.test_patch)
+        if p not in deleted and not p.endswith(NON_TEST_EXTS)
+    ]
+
+
+def parser_key(name: str) -> str:
+    """`pytest` -> `parse_log_pytest` (swebench's PARSER_REGISTRY key); full keys pass through."""
+    return name if name.startswith("parse_log_") else f"parse_log_{name}"
+
+
+def get_log_parser(name: str):
+    """The swebench log parser called `name` (`pytest`, `django`, `parse_log_sympy`, ...)."""
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    try:
+        return PARSER_REGISTRY[parser_key(name)]
+    except KeyError:
+        known = ", ".join(sorted(k.removeprefix("parse_log_") for k in PARSER_REGISTRY))
+        raise ValueError(f"unknown log parser {name!r}; known: {known}") from None
+
+
+def _test_spec(task: Task):
+    from swebench.types import TestSpec
+
+    return TestSpec(
+        instance_id=task.instance_id,
+        image=task.image,
+        eval_script_list=[],
+        repo=task.repo,
+        version=task.version,
+        FAIL_TO_PASS=task.FAIL_TO_PASS,
+        PASS_TO_PASS=task.PASS_TO_PASS,
+        log_parser=parser_key(task.log_parser),
+        eval_type="pass_and_fail",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Deciding from a log (pure: no Docker)
+
+
+def regrade_from_log(task: Task, log_text: str) -> GradeResult:
+    """Grade a stored log again with the task's current FAIL_TO_PASS / PASS_TO_PASS lists."""
+    verdict = _read_verdict(log_text)
+    result = GradeResult(instance_id=task.instance_id, status=GradeStatus.error, log=log_text)
+    phase = verdict.get("phase")
+    if phase == "infra":
+        result.reason = f"{REASON_INFRA}: {verdict.get('error', 'unknown')}"
+    elif phase == "model_patch":
+        result.reason = REASON_PATCH
+    elif phase == "test_patch":
+        result.reason = f"{REASON_PATCH}: the test patch conflicts with the model patch"
+    elif phase == "reset":
+        result.reason = f"{REASON_INFRA}: could not reset the test files"
+    elif phase != "tests":
+        result.reason = f"{REASON_INFRA}: grading log has no verdict line (truncated?)"
+    elif verdict.get("timed_out"):
+        result.reason = REASON_TIMEOUT
+    else:
+        _decide_tests(task, _test_output(log_text), verdict.get("exit_code"), result)
+    return result
+
+
+def _read_verdict(log_text: str) -> dict:
+    last = log_text.rstrip("\n").rpartition("\n")[2]
+    if not last.startswith(VERDICT):
+        return {}
+    try:
+        verdict = json.loads(last[len(VERDICT) :])
+    except json.JSONDecodeError:
+        return {}
+    return verdict if isinstance(verdict, dict) else {}
+
+
+def _test_output(log_text: str) -> str:
+    """Between the first start marker and the last end marker (both written by the grader)."""
+    _, _, rest = log_text.partition(START_TEST_OUTPUT)
+    return rest.rpartition(END_TEST_OUTPUT)[0]
+
+
+def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeResult) -> None:
+    from swebench.harness.grading import SUITE_RAN, get_eval_tests_report, get_resolution_status
+
+    status_map = get_log_parser(task.log_parser)(output, _test_spec(task))
+    result.tests = status_map
+    if not status_map and not SUITE_RAN.search(output):
+        result.reason = f"{REASON_NO_SUITE} (exit code {exit_code}, no test results in the log)"
+        return
+    if exit_code not in (0, None) and not set(status_map.values()) & {"FAILED", "ERROR"}:
+        # swebench's anti-spoofing rule: a failing run that reports no failure is not this run
+        result.reason = (
+            f"{REASON_NO_SUITE} (exit code {exit_code} but no failed test in the "
+            "log: the log does not describe the run)"
+        )
+        return
+    gold = {"FAIL_TO_PASS": task.FAIL_TO_PASS, "PASS_TO_PASS": task.PASS_TO_PASS}
+    report = get_eval_tests_report(status_map, gold)
+    result.fail_to_pass = report["FAIL_TO_PASS"]
+    result.pass_to_pass = report["PASS_TO_PASS"]
+    if get_resolution_status(report) == "RESOLVED_FULL":  # swebench's ResolvedStatus.FULL
+        result.status = GradeStatus.resolved
+        return
+    f2p_bad, p2p_bad = report["FAIL_TO_PASS"]["failure"], report["PASS_TO_PASS"]["failure"]
+    result.status = GradeStatus.unresolved
+    result.reason = (
+        f"{len(f2p_bad)}/{len(task.FAIL_TO_PASS)} FAIL_TO_PASS failed, "
+        f"{len(p2p_bad)}/{len(task.PASS_TO_PASS)} PASS_TO_PASS failed"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Running in a container
+
+
+def cap_text(text: str, limit: int) -> str:
+    """Keep the head (1/4) and tail (3/4; pytest's summary is at the end) of `text`."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit // 4, limit - limit // 4
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
+
+
+def is_infra(result: GradeResult) -> bool:
+    """True when the grading itself failed (Docker, daemon, lost log): the result says nothing
+    about the patch and must be retried or excluded, never scored."""
+    return result.status == GradeStatus.error and result.reason.startswith(REASON_INFRA + ":")
+
+
+def reward_of(result: GradeResult) -> float | None:
+    """1.0 resolved; 0.0 unresolved or an error the patch caused (did not apply, tests timed
+    out, suite did not run: SWE-bench counts these as not resolved, and excluding them would
+    teach a policy to break the suite instead of failing it); None for infra errors."""
+    if is_infra(result):
+        return None
+    return 1.0 if result.status == GradeStatus.resolved else 0.0

@@ -1,0 +1,184 @@
+"""SWE-bench file formats: predictions in, run and per-instance reports out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from envs.gradelog import REASON_INFRA, REASON_NO_SUITE, REASON_PATCH, REASON_TIMEOUT
+from swefleet.types import GradeResult, GradeStatus
+
+
+class Prediction(BaseModel):
+    """One line of a SWE-bench predictions file."""
+
+    model_config = ConfigDict(extra="allow")
+
+    instance_id: str
+    model_patch: str | None = None
+    """The patch; None (SWE-bench's `patch_is_None`) is graded as an empty patch."""
+    model_name_or_path: str = "unknown"
+
+
+def read_predictions(path: str | Path) -> dict[str, Prediction]:
+    """SWE-bench predictions: JSONL, a JSON list, or a JSON dict keyed by instance id."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix == ".jsonl":
+        rows = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
+        records = [(f"line {n}", _json(path, f"line {n}", line)) for n, line in rows]
+    else:
+        data = _json(path, "file", text)
+        values = list(data.values()) if isinstance(data, dict) else data
+        if not isinstance(values, list):
+            raise ValueError(f"{path}: expected a list or a dict of predictions")
+        records = [(f"record {i}", r) for i, r in enumerate(values)]
+    out: dict[str, Prediction] = {}
+    for where, record in records:
+        try:
+            pred = Prediction.model_validate(record)
+        except ValidationError as e:
+            raise ValueError(
+                f"{path}: {where}: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}"
+            ) from None
+        if pred.instance_id in out:
+            raise ValueError(f"{path}: {where}: duplicate instance_id {pred.instance_id!r}")
+        out[pred.instance_id] = pred
+    return out
+
+
+def _json(path: Path, where: str, text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: {where}: invalid JSON: {e}") from None
+
+
+def write_predictions(path: str | Path, patches: Mapping[str, str], model_name: str) -> None:
+    """Write SWE-bench predictions JSONL (`instance_id`, `model_name_or_path`, `model_patch`)."""
+    lines = [
+        json.dumps({"instance_id": iid, "model_name_or_path": model_name, "model_patch": patch})
+        for iid, patch in patches.items()
+    ]
+    Path(path).write_text("".join(line + "\n" for line in lines))
+
+
+def swebench_instance_report(result: GradeResult, model_patch: str | None = "x") -> dict:
+    """One `report.json` in SWE-bench's shape: {instance_id: {patch_is_None, patch_exists,
+    patch_successfully_applied, resolved, infra_failure, tests_status}}."""
+    applied = result.status != GradeStatus.error or not (
+        result.reason.startswith(REASON_PATCH) or result.reason.startswith(REASON_INFRA)
+    )
+    body = {
+        "patch_is_None": model_patch is None,
+        "patch_exists": model_patch is not None,
+        "patch_successfully_applied": applied,
+        "resolved": result.status == GradeStatus.resolved,
+        "infra_failure": result.reason.startswith(REASON_INFRA),
+    }
+    if body["infra_failure"]:
+        body["infra_failure_reason"] = result.reason
+    if result.fail_to_pass or result.pass_to_pass:
+        empty = {"success": [], "failure": []}
+        body["tests_status"] = {
+            "FAIL_TO_PASS": result.fail_to_pass or empty,
+            "PASS_TO_PASS": result.pass_to_pass or empty,
+            "FAIL_TO_FAIL": empty,
+            "PASS_TO_FAIL": empty,
+        }
+    return {result.instance_id: body}
+
+
+def write_swebench_report(
+    results: Iterable[GradeResult],
+    path: str | Path,
+    *,
+    patches: Mapping[str, str | None] | None = None,
+    total_instances: int | None = None,
+    instance_dir: str | Path | None = None,
+) -> dict:
+    """Write the run summary with SWE-bench's field names (`make_run_report`, schema_version 2).
+
+    `patches` marks empty patches (SWE-bench counts those apart and does not grade them);
+    resolved and unresolved results are `completed`; errors are `error_ids`, those with an
+    `infra:` reason also `infra_failure_ids`, timeouts and suites that did not run also
+    `ambiguous_failure_ids` (swebench's triage tiers); `failure_reasons` holds every error's
+    reason. With `instance_dir`, `<instance_dir>/<instance_id>/report.json` and
+    `test_output.txt` are written too (SWE-bench's per-instance layout).
+    """
+    results = list(results)
+    patches = patches or {}
+    ids = {
+        k: set()
+        for k in (
+            "completed",
+            "resolved",
+            "unresolved",
+            "error",
+            "empty_patch",
+            "infra_failure",
+            "ambiguous_failure",
+        )
+    }
+    reasons: dict[str, str] = {}
+    for r in results:
+        if r.instance_id in patches and not (patches[r.instance_id] or "").strip():
+            ids["empty_patch"].add(r.instance_id)
+        if r.status == GradeStatus.error:
+            ids["error"].add(r.instance_id)
+            reasons[r.instance_id] = r.reason
+            if r.reason.startswith(REASON_INFRA):
+                ids["infra_failure"].add(r.instance_id)
+            elif r.reason.startswith((REASON_TIMEOUT, REASON_NO_SUITE)):
+                ids["ambiguous_failure"].add(r.instance_id)
+        else:
+            ids["completed"].add(r.instance_id)
+            ids["resolved" if r.status == GradeStatus.resolved else "unresolved"].add(r.instance_id)
+    submitted = sorted({r.instance_id for r in results} | set(patches))
+    report = {
+        "total_instances": total_instances if total_instances is not None else len(submitted),
+        "submitted_instances": len(submitted),
+        **{
+            f"{k}_instances": len(ids[k])
+            for k in (
+                "completed",
+                "resolved",
+                "unresolved",
+                "infra_failure",
+                "ambiguous_failure",
+                "empty_patch",
+                "error",
+            )
+        },
+        "completed_ids": sorted(ids["completed"]),
+        "incomplete_ids": [],
+        "empty_patch_ids": sorted(ids["empty_patch"]),
+        "submitted_ids": submitted,
+        "resolved_ids": sorted(ids["resolved"]),
+        "unresolved_ids": sorted(ids["unresolved"]),
+        "infra_failure_ids": sorted(ids["infra_failure"]),
+        "ambiguous_failure_ids": sorted(ids["ambiguous_failure"]),
+        "failure_reasons": dict(sorted(reasons.items())),
+        "error_ids": sorted(ids["error"]),
+        "schema_version": 2,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=4) + "\n")
+    if instance_dir is not None:
+        _write_instance_reports(results, Path(instance_dir), patches)
+    return report
+
+
+def _write_instance_reports(
+    results: list[GradeResult], root: Path, patches: Mapping[str, str | None]
+) -> None:
+    for r in results:
+        d = root / r.instance_id
+        d.mkdir(parents=True, exist_ok=True)
+        report = swebench_instance_report(r, patches.get(r.instance_id, "x"))
+        (d / "report.json").write_text(json.dumps(report, indent=4) + "\n")
+        (d / "test_output.txt").write_text(r.log)
