@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.sinks import SinksConfig
+
 
 class OrchestratorConfig(BaseModel):
     """How rollouts are scheduled, grouped, filtered and handed to the trainer."""
@@ -41,6 +43,8 @@ class OrchestratorConfig(BaseModel):
     """GPUs the run holds (0 on CPU: cost then counts one machine-hour per hour)."""
     seed: int = 0
     """Seed for task sampling order."""
+    sinks: SinksConfig = Field(default_factory=SinksConfig)
+    """Optional TensorBoard / W&B sinks beside `metrics.jsonl`."""
 
     @model_validator(mode="after")
     def _staleness_covers_async(self) -> OrchestratorConfig:

@@ -87,6 +87,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from inference.launch import start_configured_server
     from orchestrator.loop import RLLoop
     from orchestrator.resume import find_resume_point
+    from orchestrator.sinks import MetricSinks
     from orchestrator.summary import print_step, print_summary
 
     t0 = time.monotonic()
@@ -113,8 +114,16 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             await fleet.update_weights(resume.version, run_dir.weights_path(resume.version))
         tokenizer = Tokenizer.from_dir(model_dir)
         rollout = await _environment(cfg, run_id, fleet, tokenizer, stack)
+        sinks = MetricSinks.from_config(cfg.orchestrator.sinks, run_dir.root, cfg.name,
+                                        cfg.model_dump(mode="json"))
+        stack.callback(sinks.close)
+
+        def on_step(record: dict) -> None:
+            print_step(record)
+            sinks.write(record)
+
         loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, fleet.update_weights,
-                      on_step=print_step, health=lambda: _trainer_problem(trainer, run_dir),
+                      on_step=on_step, health=lambda: _trainer_problem(trainer, run_dir),
                       resume=resume,
                       extra_metrics=lambda: {**fleet.metrics(), **trainer_step_metrics(run_dir)})
         records = await loop.run()

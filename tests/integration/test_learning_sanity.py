@@ -20,7 +20,8 @@ def test_reward_rises_from_chance_and_mismatch_stays_small(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "swefleet.cli", "rl", "--config",
-         str(REPO / "configs/learning_sanity.toml"), "--output-dir", str(out)],
+         str(REPO / "configs/learning_sanity.toml"), "--output-dir", str(out),
+         "--set", "orchestrator.sinks.tensorboard=true"],
         cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-5000:]
@@ -32,3 +33,10 @@ def test_reward_rises_from_chance_and_mismatch_stays_small(tmp_path):
     kl = [t["mismatch_kl"] for t in trainer]
     assert sum(kl) / len(kl) <= 0.01, f"mean trainer/inference mismatch KL too high: {kl}"
     assert max(t["max_staleness"] for t in trainer) <= 2  # max_off_policy_steps
+    # the TensorBoard sink saw the same step records as metrics.jsonl
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    logged = [e.value for e in events.Scalars("rollout/reward_mean")]
+    assert logged == pytest.approx(rewards, abs=1e-6)
