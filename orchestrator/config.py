@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from orchestrator.sinks import SinksConfig
+from swefleet.sinks import SinksConfig
 
 
 class OrchestratorConfig(BaseModel):

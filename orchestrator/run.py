@@ -87,8 +87,8 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from inference.launch import start_configured_server
     from orchestrator.loop import RLLoop
     from orchestrator.resume import find_resume_point
-    from orchestrator.sinks import MetricSinks
     from orchestrator.summary import print_step, print_summary
+    from swefleet.sinks import MetricSinks
 
     t0 = time.monotonic()
     _install_signal_handlers()

@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.sinks import MetricSinks, SinksConfig, TensorBoardSink, scalars
+from swefleet.sinks import MetricSinks, SinksConfig, TensorBoardSink, scalars
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from orchestrator.sinks import SinksConfig, WandbSink
+from swefleet.sinks import SinksConfig, WandbSink
 
 pytestmark = pytest.mark.integration
 RECORD = {"step": 0, "rollout/reward_mean": 0.5, "rollout/version_skew": {"0": 6}}
