@@ -9,7 +9,12 @@ its scored episodes (GRPO without std normalisation, as in Dr. GRPO).
 
 from __future__ import annotations
 
+import logging
+
+from swefleet import routed_experts
 from swefleet.types import EpisodeStatus, Trajectory
+
+log = logging.getLogger(__name__)
 
 #: Cut off by something other than the policy's own answer: masked, never scored as 0.
 MASKED = frozenset(
@@ -43,9 +48,11 @@ def is_zero_variance(group: list[Trajectory]) -> bool:
 
 
 def trajectory_samples(traj: Trajectory, advantage: float) -> list[dict]:
-    """Token-exact samples of one episode (a turn flagged `new_sample` starts a new one)."""
+    """Token-exact samples of one episode (a turn flagged `new_sample` starts a new one). A
+    sample whose every turn has routed experts gets `routed_experts` [tokens, layers, top_k]."""
     samples: list[dict] = []
     current: dict | None = None
+    routing: list[list[tuple[int, str | None]]] = []
     for turn in traj.turns:
         if current is None or turn.new_sample:
             current = {
@@ -54,10 +61,16 @@ def trajectory_samples(traj: Trajectory, advantage: float) -> list[dict]:
                 "episode_id": traj.episode_id,
             }
             samples.append(current)
+            routing.append([])
         current["tokens"] += turn.prompt_ids + turn.completion_ids
         current["loss_mask"] += [False] * len(turn.prompt_ids) + [True] * len(turn.completion_ids)
         current["inference_logprobs"] += [0.0] * len(turn.prompt_ids) + list(turn.logprobs)
         current["policy_version"] = min(current["policy_version"], turn.policy_version)
+        routing[-1].append((len(current["tokens"]), turn.routed_experts))
+    for sample, turns in zip(samples, routing):
+        if all(text is not None for _, text in turns):
+            decoded = [(end, routed_experts.decode(text)) for end, text in turns]
+            sample["routed_experts"] = routed_experts.sample_routing(decoded, len(sample["tokens"]))
     return [s for s in samples if any(s["loss_mask"])]
 
 
@@ -71,4 +84,10 @@ def batch_samples(groups: list[list[Trajectory]], drop_zero_variance: bool) -> l
         for traj in group:
             if traj.episode_id in advantages:
                 samples += trajectory_samples(traj, advantages[traj.episode_id])
+    routed = sum("routed_experts" in s for s in samples)
+    if 0 < routed < len(samples):  # router replay needs every sample's routing
+        log.warning("routed experts missing in %d of %d samples: batch trained without router "
+                    "replay", len(samples) - routed, len(samples))
+        for s in samples:
+            s.pop("routed_experts", None)
     return samples

@@ -52,7 +52,8 @@ def token_target_rollout(model: ModelClient, tokenizer, cfg: ToyConfig, n_specia
                                      episode_id=handle.episode_id)
             traj.turns = [Turn(prompt_ids=prompt, completion_ids=c.completion_ids,
                                logprobs=c.logprobs, policy_version=c.policy_version,
-                               finish_reason=c.finish_reason, latency_s=c.latency_s)]
+                               finish_reason=c.finish_reason, latency_s=c.latency_s,
+                               routed_experts=c.routed_experts)]
             hits = sum(1 for t in c.completion_ids if t in targets)
             traj.reward = hits / cfg.answer_tokens
             traj.status = EpisodeStatus.resolved if traj.reward >= 0.5 else EpisodeStatus.unresolved

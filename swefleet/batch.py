@@ -13,6 +13,7 @@ Schema (``SCHEMA_VERSION`` 1). ``n`` samples are packed back to back into ``T`` 
 | `inference_logprobs` | [T]     | float32 | the server's logprob of token t given tokens before it (same sample); 0.0 where `loss_mask` is False |
 | `advantages`         | [T]     | float32 | the sample's advantage, repeated on every token of the sample |
 | `policy_version`     | [n]     | int32   | policy version that generated the sample (its oldest turn) |
+| `routed_experts`     | [T, L, k] | uint8/uint16 | optional (MoE router replay): expert ids each of the L layers routed token t to, as the server returned them (`swefleet/routed_experts.py`) |
 
 Attention never crosses a sample boundary: the trainer builds its masks from `cu_seqlens`, never
 from EOS tokens (multi-turn samples contain many `<|im_end|>`).
@@ -48,6 +49,9 @@ ARRAY_SPECS: dict[str, tuple[type, str]] = {
     "policy_version": (np.int32, "n"),
 }
 
+#: Optional arrays: key -> allowed dtypes. `routed_experts` is [T, layers, top_k].
+OPTIONAL_DTYPES: dict[str, tuple[type, ...]] = {"routed_experts": (np.uint8, np.uint16)}
+
 _META_KEY = "meta_json"
 
 
@@ -70,12 +74,34 @@ def _check_sample(i: int, s: dict) -> int:
             raise ValueError(f"sample {i}: len({key})={len(s[key])} != len(tokens)={n}")
     if s["loss_mask"][0]:
         raise ValueError(f"sample {i}: loss_mask[0] is True (the first token has no prediction)")
+    routed = s.get("routed_experts")
+    if routed is not None and (np.ndim(routed) != 3 or len(routed) != n):
+        raise ValueError(f"sample {i}: routed_experts shape {list(np.shape(routed))}, want "
+                         f"[{n}, layers, top_k] (one row per token)")
     return n
 
 
+def _pack_routed(samples: list[dict]) -> np.ndarray | None:
+    """Concatenated `routed_experts` of the samples (all or none have them), narrowest dtype."""
+    have = [s.get("routed_experts") is not None for s in samples]
+    if not any(have):
+        return None
+    if not all(have):
+        raise ValueError(f"routed_experts given for {sum(have)} of {len(samples)} samples "
+                         f"(first without: sample {have.index(False)}); give all or none")
+    shapes = {np.shape(s["routed_experts"])[1:] for s in samples}
+    if len(shapes) != 1:
+        raise ValueError(f"routed_experts (layers, top_k) differ between samples: {shapes}")
+    ids = np.concatenate([np.asarray(s["routed_experts"]) for s in samples])
+    if ids.dtype.kind not in "iu" or (ids.size and (ids.min() < 0 or ids.max() > 65535)):
+        raise ValueError(f"routed_experts must be integer expert ids in [0, 65535], got {ids.dtype}")
+    return ids.astype(np.uint8 if ids.size == 0 or ids.max() < 256 else np.uint16)
+
+
 def pack_samples(samples: list[dict]) -> dict[str, np.ndarray]:
-    """Pack samples (`tokens`, `loss_mask`, `inference_logprobs`, `advantage`, `policy_version`)
-    back to back into the arrays of the schema. Logprobs where the mask is False are stored as 0."""
+    """Pack samples (`tokens`, `loss_mask`, `inference_logprobs`, `advantage`, `policy_version`,
+    optional `routed_experts` [len(tokens), layers, top_k]) back to back into the arrays of the
+    schema. Logprobs where the mask is False are stored as 0."""
     if not samples:
         raise ValueError("pack_samples: no samples")
     lengths = [_check_sample(i, s) for i, s in enumerate(samples)]
@@ -94,6 +120,9 @@ def pack_samples(samples: list[dict]) -> dict[str, np.ndarray]:
         ),
         "policy_version": np.asarray([int(s["policy_version"]) for s in samples], dtype=np.int32),
     }
+    routed = _pack_routed(samples)
+    if routed is not None:
+        arrays["routed_experts"] = routed
     validate_batch(arrays)
     return arrays
 
@@ -118,6 +147,22 @@ def validate_batch(arrays: dict[str, np.ndarray]) -> None:
     expected_pos = np.arange(total) - np.repeat(starts, np.diff(cu))
     if not np.array_equal(arrays["positions"], expected_pos):
         raise ValueError("positions must count 0, 1, ... inside each sample")
+    _validate_optional(arrays, total)
+
+
+def _validate_optional(arrays: dict[str, np.ndarray], total: int) -> None:
+    unknown = set(arrays) - set(ARRAY_SPECS) - set(OPTIONAL_DTYPES)
+    if unknown:
+        raise ValueError(f"batch has unknown arrays: {sorted(unknown)}")
+    if "routed_experts" in arrays:
+        ids = arrays["routed_experts"]
+        allowed = OPTIONAL_DTYPES["routed_experts"]
+        if ids.dtype not in allowed:
+            raise ValueError(f"routed_experts: got {ids.dtype}, want one of "
+                             f"{[np.dtype(d).name for d in allowed]}")
+        if ids.ndim != 3 or ids.shape[0] != total or 0 in ids.shape[1:]:
+            raise ValueError(f"routed_experts: got {list(ids.shape)}, want [T={total}, layers, "
+                             "top_k] (aligned with tokens)")
 
 
 def write_batch(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:

@@ -28,8 +28,9 @@ class ModelConfig(BaseModel):
     """HF-format checkpoint directory. Empty: create the project's random-init model under the
     run directory (see `preset`)."""
     preset: str = "tiny"
-    """Size preset of the project-made model (`tiny`, `small`), used when `path` is empty or
-    does not exist yet."""
+    """Size preset of the project-made model (`tiny`, `small`, or `tiny-moe`: a Qwen3-MoE whose
+    embedded engine returns routed experts, replayed by the trainer), used when `path` is empty
+    or does not exist yet."""
     seed: int = 0
     """Seed of the random init."""
 

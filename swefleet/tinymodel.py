@@ -21,6 +21,11 @@ PRESETS: dict[str, dict] = {
     "small": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4,
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
               "vocab_size": 4096},
+    # Qwen3-MoE (presets with `num_experts`): every layer sparse, softmax top-k, normalised.
+    "tiny-moe": {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
+                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                 "head_dim": 16, "vocab_size": 1024, "num_experts": 8,
+                 "num_experts_per_tok": 2, "norm_topk_prob": True},
 }
 
 CHAT_TEMPLATE = (
@@ -71,7 +76,7 @@ def train_tokenizer(out_dir: Path, vocab_size: int) -> None:
 
 
 def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 0) -> Path:
-    """Create (or reuse) a random-init Qwen3 checkpoint + tokenizer at `out_dir`."""
+    """Create (or reuse) a random-init Qwen3 (or Qwen3-MoE) checkpoint + tokenizer at `out_dir`."""
     out = Path(out_dir)
     marker = out / "swefleet_model.json"
     wanted = {"preset": preset, "seed": seed}
@@ -79,13 +84,16 @@ def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 
         return out
     import torch
     from tokenizers import Tokenizer
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     shape = dict(PRESETS[preset])
+    moe = "num_experts" in shape
+    config_cls, model_cls = (Qwen3MoeConfig, Qwen3MoeForCausalLM) if moe else (
+        Qwen3Config, Qwen3ForCausalLM)
     out.mkdir(parents=True, exist_ok=True)
     train_tokenizer(out, shape["vocab_size"])
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    config = Qwen3Config(
+    config = config_cls(
         **shape,
         max_position_embeddings=131072,
         rope_theta=1_000_000.0,
@@ -96,7 +104,7 @@ def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 
         torch_dtype="float32",
     )
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
+    model = model_cls(config)
     model.save_pretrained(out, safe_serialization=True)
     marker.write_text(json.dumps(wanted))
     return out

@@ -14,6 +14,7 @@ import torch
 
 from trainer import titan
 from trainer.config import TrainerConfig
+from trainer.expert_load import ExpertLoad, token_rows
 from trainer.forward import (
     build_micro_batch,
     check_batch_fits,
@@ -125,6 +126,7 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     totals = dict.fromkeys(_SUMMED, 0.0)
     n_positions = 0
+    load = ExpertLoad.for_model(policy.model, device)  # MoE: tokens per expert per layer
     for (m0, m1), weight in ranges:
         mb = build_micro_batch(arrays, m0, m1, policy.attention, device)
         with replaying(policy, mb):  # routing replay stays on through backward
@@ -153,10 +155,15 @@ def train_step(
             for key in _SUMMED:
                 totals[key] += metrics[key]
             n_positions += mb.n_positions
+            if load is not None:
+                load.add(token_rows(arrays, m0, m1, policy.attention))
+                load.replayed = mb.routed_experts is not None
     if world > 1:
         summed = _all_reduce([totals[k] for k in _SUMMED] + [n_positions], device, "sum")
         totals = dict(zip(_SUMMED, summed[:-1]))
         n_positions = int(summed[-1])
+        if load is not None:
+            load.all_reduce()
     params = [p for p in policy.model.parameters() if p.requires_grad]
     grad_norm = _clip_grad_norm(params, cfg.max_grad_norm)
     finite = bool(torch.isfinite(grad_norm))
@@ -172,4 +179,5 @@ def train_step(
         "n_trained_tokens": n_trained,
         "masked_fraction": n_trained / len(arrays["tokens"]),
         "padding_fraction": 1.0 - len(arrays["tokens"]) / max(n_positions, 1),
+        **(load.metrics() if load is not None else {}),
     }

@@ -1,0 +1,95 @@
+"""Routed experts (router replay, R3) as the servers return them and as a sample carries them.
+
+numpy only (the orchestrator imports this module).
+
+Wire format (vLLM 0.26.0 `--enable-return-routed-experts`, and the embedded engine): each
+completion choice has `routed_experts`, the base64 of `np.save` bytes of an array of shape
+`(prompt_tokens + completion_tokens - 1, num_hidden_layers, num_experts_per_tok)`, dtype uint8
+when the model has <= 256 experts, else uint16. Row p is the top-k expert ids every layer chose
+for the token at position p of that request (prompt and generated tokens alike); the last
+sampled token has no row (it was never forwarded). vLLM 0.26.0 sources:
+`vllm/v1/core/sched/scheduler.py` (prompt rows at prefill end, one row per decode step),
+`vllm/model_executor/layers/fused_moe/routed_experts_capturer.py` (`RoutedExpertsManager`:
+dtype, `num_hidden_layers` axis; a dense layer's rows stay 0),
+`vllm/entrypoints/openai/completion/serving.py` (base64 `.npy`). `routed_experts_prompt_start`
+exists only in `SamplingParams` there (offline `LLM`), not in the OpenAI request.
+
+Samples: a multi-turn sample is the concatenation of its turns' prompt and completion ids; each
+turn's request prompt is the whole sample so far, so turn i's array covers positions
+[0, end_i - 1). `sample_routing` takes, for each position, the row of the earliest turn that
+covers it (the routing the token's KV was computed with when the following tokens were
+sampled) and pads the sample's last token (never forwarded, predicts nothing) with expert ids
+0..k-1.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def expert_dtype(num_experts: int) -> np.dtype:
+    """vLLM's id dtype: uint8 up to 256 experts, else uint16."""
+    return np.dtype(np.uint8 if num_experts <= 256 else np.uint16)
+
+
+def encode(ids: np.ndarray) -> str:
+    """base64 of the `.npy` bytes of `ids` (vLLM's transport encoding)."""
+    buf = io.BytesIO()
+    np.save(buf, ids, allow_pickle=False)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def decode(text: str) -> np.ndarray:
+    """Inverse of `encode`: an integer array (tokens, layers, top_k)."""
+    ids = np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)
+    if ids.ndim != 3 or ids.dtype.kind not in "iu":
+        raise ValueError(
+            f"routed_experts must be an integer (tokens, layers, top_k) array, "
+            f"got {ids.dtype}{list(ids.shape)}"
+        )
+    return ids
+
+
+def sample_routing(turns: Sequence[tuple[int, np.ndarray]], n_tokens: int) -> np.ndarray:
+    """Routing of one sample [n_tokens, layers, top_k] from its turns' arrays.
+
+    `turns`: (end_i, ids_i) per turn in order, where end_i is the sample length after turn i's
+    completion and ids_i the array that turn's server returned (rows for positions
+    [0, end_i - 1)). Raises ValueError when an array does not cover what it must."""
+    if not turns:
+        raise ValueError("sample has no turns")
+    shape = turns[0][1].shape[1:]
+    out = np.zeros((n_tokens, *shape), dtype=np.uint16)
+    have = 0
+    for i, (end, ids) in enumerate(turns):
+        if ids.shape[1:] != shape:
+            raise ValueError(
+                f"turn {i}: routed_experts {list(ids.shape)}, turn 0 has "
+                f"[*, {shape[0]}, {shape[1]}]"
+            )
+        if len(ids) != end - 1:
+            raise ValueError(
+                f"turn {i}: routed_experts has {len(ids)} rows, want {end - 1} "
+                "(request prompt + completion - 1); was routed_experts_prompt_start "
+                "set?"
+            )
+        out[have : end - 1] = ids[have:]
+        have = max(have, end - 1)
+    if have != n_tokens - 1:
+        raise ValueError(f"turns cover {have} positions of a {n_tokens}-token sample")
+    out[n_tokens - 1] = np.arange(shape[1])  # any k distinct experts
+    return out
+
+
+def expert_load(ids: np.ndarray, num_experts: int) -> np.ndarray:
+    """Tokens routed to each expert per layer: int64 [layers, num_experts] from ids
+    [tokens, layers, top_k] (each row sums to tokens * top_k)."""
+    layers = ids.shape[1]
+    flat = ids.astype(np.int64).transpose(1, 0, 2).reshape(layers, -1)
+    offset = (np.arange(layers, dtype=np.int64) * num_experts)[:, None]
+    counts = np.bincount((flat + offset).ravel(), minlength=layers * num_experts)
+    return counts.reshape(layers, num_experts)
