@@ -1,20 +1,22 @@
 """Client overhead of `FleetClient.generate` next to a plain httpx loop, at high concurrency.
 
-    python benchmarks/fleet_client.py [--requests 2048] [--concurrency 256] [--repeats 3]
+    python benchmarks/fleet_client.py [--requests 1024] [--concurrency 256] [--repeats 3]
 
-Both clients send the same `/v1/completions` body to the same loopback scripted server
+Every client sends the same `/v1/completions` body to the same loopback scripted server
 (`inference.scripted_server`, answers at once, runs in its own process) with `concurrency`
 requests in flight. Overhead per request = CPU time of this (client) process / requests, so the
-server's own cost is excluded; wall time per request is reported too. Three clients run
+server's own cost is excluded; wall time per request is reported too. The clients run
 `repeats` times each, alternating, and the lowest value is kept:
 
-- baseline: one plain `httpx.AsyncClient` (post, parse JSON);
-- pooled baseline: the same over `http_pool_shards` clients, the fleet client's pool layout
-  (httpcore's pool costs CPU linear in its size per request, so this alone is several times
-  cheaper at 256 in flight);
+- baseline: one plain `httpx.AsyncClient` (post, parse JSON) -- what the issue compares with;
+- pooled httpx: the same over 16 clients (httpcore's pool costs CPU linear in its size per
+  request, so smaller pools are several times cheaper at 256 in flight; the layout the fleet
+  client used before it moved to aiohttp);
+- plain aiohttp: one `aiohttp.ClientSession` (post, orjson parse): the floor of the transport
+  the fleet client uses;
 - fleet: `FleetClient.generate` (routing, deadline, tenacity, response validation).
 
-`fleet_logic_ms_per_request` = fleet - pooled baseline. The last line is one JSON object.
+`fleet_logic_ms_per_request` = fleet - plain aiohttp. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,6 +40,7 @@ from inference.launch import start_scripted_server
 
 PROMPT = list(range(100, 612))  # 512 prompt tokens
 MAX_TOKENS = 16
+RESETS = {"httpx": 0}
 
 
 async def _drive(n: int, concurrency: int, one) -> tuple[float, float]:
@@ -52,8 +57,7 @@ async def _drive(n: int, concurrency: int, one) -> tuple[float, float]:
 
 
 async def run_plain(url: str, n: int, concurrency: int, shards: int = 1) -> tuple[float, float]:
-    """Plain httpx: post the body, parse the JSON. `shards` > 1 rotates over that many clients
-    (the fleet client's pool layout) to isolate the cost of the fleet logic itself."""
+    """Plain httpx: post the body, parse the JSON. `shards` > 1 rotates over that many clients."""
     cfg = InferenceConfig()
     body = request_body(cfg, PROMPT, MAX_TOKENS)
     per = -(-cfg.max_connections // shards)
@@ -61,7 +65,14 @@ async def run_plain(url: str, n: int, concurrency: int, shards: int = 1) -> tupl
     clients = [httpx.AsyncClient(limits=limits, trust_env=False, timeout=60) for _ in range(shards)]
 
     async def one(i: int) -> None:
-        resp = await clients[i % shards].post(f"{url}/v1/completions", json=body)
+        for attempt in range(3):  # a keep-alive connection the server closed meanwhile
+            try:
+                resp = await clients[i % shards].post(f"{url}/v1/completions", json=body)
+                break
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                if attempt == 2:
+                    raise
+                RESETS["httpx"] += 1
         resp.raise_for_status()
         choice = json.loads(resp.content)["choices"][0]
         assert len(choice["token_ids"]) == MAX_TOKENS
@@ -71,6 +82,23 @@ async def run_plain(url: str, n: int, concurrency: int, shards: int = 1) -> tupl
         return await _drive(n, concurrency, one)
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def run_aiohttp(url: str, n: int, concurrency: int) -> tuple[float, float]:
+    """Plain aiohttp: post the orjson body, parse the JSON."""
+    data = orjson.dumps(request_body(InferenceConfig(), PROMPT, MAX_TOKENS))
+    headers = {"Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=InferenceConfig().max_connections)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one(i: int) -> None:
+            async with session.post(f"{url}/v1/completions", data=data, headers=headers) as r:
+                assert r.status == 200
+                choice = orjson.loads(await r.read())["choices"][0]
+            assert len(choice["token_ids"]) == MAX_TOKENS
+
+        await _drive(concurrency, concurrency, one)
+        return await _drive(n, concurrency, one)
 
 
 async def run_fleet(url: str, n: int, concurrency: int) -> tuple[float, float]:
@@ -86,40 +114,55 @@ async def run_fleet(url: str, n: int, concurrency: int) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--requests", type=int, default=2048)
+    p.add_argument("--requests", type=int, default=1024)
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--pool-shards", type=int, default=16, help="clients of the pooled httpx run")
     args = p.parse_args()
     n, conc = args.requests, args.concurrency
-    plain, pooled, fleet = [], [], []
-    shards = InferenceConfig().http_pool_shards
+    runs: dict[str, list[tuple[float, float]]] = {
+        "plain": [],
+        "pooled": [],
+        "aiohttp": [],
+        "fleet": [],
+    }
     with start_scripted_server() as server:
         for r in range(args.repeats):
-            plain.append(asyncio.run(run_plain(server.url, n, conc)))
-            pooled.append(asyncio.run(run_plain(server.url, n, conc, shards)))
-            fleet.append(asyncio.run(run_fleet(server.url, n, conc)))
-            print(
-                f"repeat {r}: cpu s plain {plain[-1][0]:.2f} pooled {pooled[-1][0]:.2f} "
-                f"fleet {fleet[-1][0]:.2f} | wall s plain {plain[-1][1]:.2f} "
-                f"pooled {pooled[-1][1]:.2f} fleet {fleet[-1][1]:.2f}",
-                flush=True,
-            )
+            runs["plain"].append(asyncio.run(run_plain(server.url, n, conc)))
+            runs["pooled"].append(asyncio.run(run_plain(server.url, n, conc, args.pool_shards)))
+            runs["aiohttp"].append(asyncio.run(run_aiohttp(server.url, n, conc)))
+            runs["fleet"].append(asyncio.run(run_fleet(server.url, n, conc)))
+            cpu = " ".join(f"{k} {v[-1][0]:.2f}" for k, v in runs.items())
+            wall = " ".join(f"{k} {v[-1][1]:.2f}" for k, v in runs.items())
+            print(f"repeat {r}: cpu s {cpu} | wall s {wall}", flush=True)
     ms = 1000.0 / n
+    cpu = {k: round(min(c for c, _ in v) * ms, 4) for k, v in runs.items()}
+    wall = {k: round(min(w for _, w in v) * ms, 4) for k, v in runs.items()}
+    print(
+        f"client CPU ms/request: httpx {cpu['plain']:.3f}, httpx x{args.pool_shards} pools "
+        f"{cpu['pooled']:.3f}, aiohttp {cpu['aiohttp']:.3f}, FleetClient {cpu['fleet']:.3f} | "
+        f"FleetClient / httpx = {cpu['fleet'] / cpu['plain']:.3f}, httpx / FleetClient = "
+        f"{cpu['plain'] / cpu['fleet']:.1f}x, FleetClient / aiohttp = "
+        f"{cpu['fleet'] / cpu['aiohttp']:.2f}",
+        flush=True,
+    )
     result = {
-        "overhead_ms_per_request": round(min(c for c, _ in fleet) * ms, 4),
-        "baseline_overhead_ms_per_request": round(min(c for c, _ in plain) * ms, 4),
-        "wall_ms_per_request": round(min(w for _, w in fleet) * ms, 4),
-        "baseline_wall_ms_per_request": round(min(w for _, w in plain) * ms, 4),
-        "pooled_baseline_overhead_ms_per_request": round(min(c for c, _ in pooled) * ms, 4),
-        "http_pool_shards": shards,
+        "overhead_ms_per_request": cpu["fleet"],
+        "baseline_overhead_ms_per_request": cpu["plain"],
+        "wall_ms_per_request": wall["fleet"],
+        "baseline_wall_ms_per_request": wall["plain"],
+        "pooled_httpx_overhead_ms_per_request": cpu["pooled"],
+        "aiohttp_overhead_ms_per_request": cpu["aiohttp"],
+        "fleet_logic_ms_per_request": round(cpu["fleet"] - cpu["aiohttp"], 4),
+        "ratio_to_baseline": round(cpu["fleet"] / cpu["plain"], 4),
+        "pool_shards": args.pool_shards,
         "concurrency": conc,
         "requests": n,
         "prompt_tokens": len(PROMPT),
         "max_tokens": MAX_TOKENS,
+        "target_ms_per_request": 1.0,
+        "httpx_connection_resets_retried": RESETS["httpx"],
     }
-    result["fleet_logic_ms_per_request"] = round(
-        result["overhead_ms_per_request"] - result["pooled_baseline_overhead_ms_per_request"], 4
-    )
     print(json.dumps(result))
 
 

@@ -4,7 +4,8 @@ A server's KV cache is the resource that decides whether another request helps: 
 more requests in flight mean larger decode batches; above it, vLLM preempts (recomputes) or
 queues, and every request gets slower. The fleet client polls each server's Prometheus
 `/metrics` (vLLM 0.26: gauge `vllm:kv_cache_usage_perc`, 1.0 = full; older vLLM named it
-`vllm:gpu_cache_usage_perc`) and keeps one limit per server:
+`vllm:gpu_cache_usage_perc`) and keeps one limit per server (the same scrape also reads the
+prefix-cache counters, `prefix_cache_of`, for the KV hit rate in the metrics):
 
 - additive increase: `+increase` per poll while usage < `grow_below` and the limit binds
   (in flight >= `binding_fraction` x limit; growing a limit nobody reaches proves nothing);
@@ -27,25 +28,59 @@ from dataclasses import dataclass
 from inference.config import ConcurrencyConfig
 
 KV_USAGE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+#: vLLM 0.26 `vllm/v1/metrics/loggers.py` counters (tokens), exposed by prometheus_client with
+#: the `_total` suffix; the bare names are accepted too
+PREFIX_CACHE_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+PREFIX_CACHE_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
-def parse_kv_usage(text: str) -> float | None:
+def parse_samples(text: str) -> dict[str, list[float]]:
+    """Finite sample values of a Prometheus text exposition by metric name (all label sets)."""
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            out.setdefault(m.group(1), []).append(value)
+    return out
+
+
+def kv_usage_of(samples: dict[str, list[float]]) -> float | None:
     """Highest KV-cache usage (0..1) over the label sets of the first gauge name present (a
     data-parallel server reports one per engine; the fullest one limits admission)."""
     for name in KV_USAGE_METRICS:
-        values = []
-        for line in text.splitlines():
-            m = _SAMPLE.match(line)
-            if m and m.group(1) == name:
-                try:
-                    values.append(float(m.group(3)))
-                except ValueError:
-                    continue
-        values = [v for v in values if math.isfinite(v)]
-        if values:
-            return max(values)
+        if samples.get(name):
+            return max(samples[name])
     return None
+
+
+def _counter(samples: dict[str, list[float]], names: tuple[str, ...]) -> float | None:
+    for name in names:
+        if name in samples:
+            return sum(samples[name])  # one sample per engine under data parallel
+    return None
+
+
+def prefix_cache_of(samples: dict[str, list[float]]) -> tuple[float, float] | None:
+    """(queried tokens, hit tokens) of the prefix cache summed over engines, None if absent."""
+    queries = _counter(samples, PREFIX_CACHE_QUERIES)
+    hits = _counter(samples, PREFIX_CACHE_HITS)
+    if queries is None or hits is None:
+        return None
+    return queries, hits
+
+
+def parse_kv_usage(text: str) -> float | None:
+    """`kv_usage_of` of a `/metrics` text."""
+    return kv_usage_of(parse_samples(text))
 
 
 @dataclass

@@ -129,12 +129,19 @@ class InferenceConfig(BaseModel):
     """Prefix of the per-version `cache_salt` (make it unique per run if servers are shared)."""
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     """Adaptive per-server in-flight limits from KV-cache usage."""
-    http_pool_shards: int = Field(16, ge=1)
-    """Independent HTTP connection pools that requests rotate over. httpcore spends CPU linear
-    in a pool's size on every request, so at hundreds of concurrent requests several smaller
-    pools cut the client's overhead several times (see benchmarks/fleet_client.py)."""
+    prefill_servers: list[str] = Field(default_factory=list)
+    """Disaggregated prefill/decode (vLLM NixlConnector, `inference/disagg.py`): base URLs of
+    the prefill pool; the fleet's other servers are then the decode pool. Empty: every server
+    does both phases."""
+    first_token_timeout_s: float | None = Field(None, gt=0)
+    """Deadline from the start of a `generate` call to its first token: the prefill answer under
+    disaggregated serving (`RequestCancelled(timeout)`, never retried). Unified servers answer
+    unstreamed, so there only `request_timeout_s` applies. None: no separate deadline."""
+    scrape_metrics: bool = False
+    """Poll every server's `/metrics` every `concurrency.poll_interval_s` (also without adaptive
+    concurrency) for KV-cache usage and prefix-cache hit rate in the fleet metrics."""
 
-    @field_validator("servers")
+    @field_validator("servers", "prefill_servers")
     @classmethod
     def _urls(cls, urls: list[str]) -> list[str]:
         for url in urls:

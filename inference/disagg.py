@@ -1,27 +1,29 @@
-"""Routing plan of disaggregated prefill/decode over two vLLM 0.26 pools (NixlConnector).
+"""Disaggregated prefill/decode over two vLLM 0.26 pools joined by NixlConnector: the bodies.
 
-One completion = two HTTP calls, each routed inside its own pool by the fleet's usual rule
-(least outstanding requests, episode affinity for prefix-cache reuse):
+One completion = two HTTP calls (`FleetClient` runs them when `InferenceConfig.prefill_servers`
+is set), each routed inside its own pool by the fleet's usual rule (least outstanding requests,
+episode affinity for prefix-cache reuse), both with the same `X-Request-Id` header, as vLLM's
+proxy (`tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`) does:
 
-1. prefill pool: the request with `max_tokens=1` and `kv_transfer_params = prefill_params()`
-   (`do_remote_decode: true`): the server prefills, keeps the blocks for the decode side to
-   pull, and answers with `kv_transfer_params` (its engine id, block ids, host, port);
-2. decode pool: the original request plus that `kv_transfer_params` (`do_remote_prefill:
-   true`): the server pulls the blocks over NIXL and decodes.
+1. prefill pool: the request with `max_tokens=1`, `stream=false` and `kv_transfer_params =
+   prefill_params()` (`do_remote_decode: true`): the server prefills, keeps the blocks for the
+   decode side to pull, and answers with `kv_transfer_params` = `do_remote_prefill: true,
+   do_remote_decode: false, remote_block_ids, remote_engine_id, remote_request_id,
+   remote_host, remote_port, tp_size, remote_num_tokens, remote_blocks_expiry_time`
+   (`NixlConnectorScheduler.request_finished`, `kv_connector/v1/nixl/pull_scheduler.py`);
+2. decode pool: the original request plus that `kv_transfer_params` unchanged: the server pulls
+   the blocks over NIXL and decodes (its answer is the completion; the prefill's one token is
+   discarded).
 
 Retries: a failed prefill is retried on another prefill server; a failed decode restarts at
-step 1 (its blocks were leased to the dead pair). Weight updates go to both pools (same
-`update_weights_from_path` RPC), and the `cache_salt` of the policy version is sent to both,
-so blocks computed by older weights are never pulled. Router replay is refused with P/D
-(`VLLMConfig` validator): routing decisions of remotely prefilled tokens are not returned.
-
-Status: the bodies below are unit-tested; `FleetClient` does not yet run the two-phase call
-(docs/vllm.md, "not done").
+step 1 (the pulled blocks were leased to the failed pair). The first-token deadline
+(`first_token_timeout_s`) covers step 1. Weight updates and the per-version `cache_salt` go to
+both pools, so blocks computed by older weights are never pulled. Router replay is refused with
+P/D (`VLLMConfig` validator): routing decisions of remotely prefilled tokens are not returned.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 
@@ -39,10 +41,20 @@ def prefill_params() -> dict[str, Any]:
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
     """The phase-1 body: one token, no logprobs work, KV kept for the decode pool."""
-    out = copy.deepcopy(body)
-    out.update(max_tokens=1, stream=False, kv_transfer_params=prefill_params())
+    out = {**body, "max_tokens": 1, "stream": False, "kv_transfer_params": prefill_params()}
     out.pop("logprobs", None)
+    out.pop("min_tokens", None)  # vLLM's proxy: not supported on the prefill side
     return out
+
+
+def transfer_params(prefill_answer: dict[str, Any]) -> dict[str, Any]:
+    """The prefill server's `kv_transfer_params`, checked to be a NIXL pull handle."""
+    params = prefill_answer.get("kv_transfer_params")
+    if not params:
+        raise ValueError("prefill answer carries no kv_transfer_params (server without NIXL?)")
+    if not params.get("do_remote_prefill"):
+        raise ValueError(f"prefill answer's kv_transfer_params are no pull handle: {params}")
+    return params
 
 
 def decode_body(body: dict[str, Any], prefill_answer: dict[str, Any]) -> dict[str, Any]:
@@ -50,6 +62,4 @@ def decode_body(body: dict[str, Any], prefill_answer: dict[str, Any]) -> dict[st
     params = prefill_answer.get("kv_transfer_params")
     if not params:
         raise ValueError("prefill answer carries no kv_transfer_params (server without NIXL?)")
-    out = copy.deepcopy(body)
-    out["kv_transfer_params"] = params
-    return out
+    return {**body, "kv_transfer_params": params}

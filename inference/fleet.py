@@ -4,7 +4,8 @@ One `generate` call = one completion of exact prompt token ids, or one `RequestC
 reason:
 
 - `timeout`: the total deadline `request_timeout_s` (routing, retries, failover, generation)
-  passed, or the server stopped sending. Never retried: a timed-out generation may still be
+  passed, or under disaggregated serving `first_token_timeout_s` before the prefill answered
+  (connecting is bounded by `connect_timeout_s` and then retried elsewhere). Never retried: a timed-out generation may still be
   running and retrying would double the load exactly when a server is slow.
 - `stale`: no server serves a policy version >= `min_policy_version`, the answer came from
   older weights, or the server aborted the request because its weights changed.
@@ -16,9 +17,20 @@ Retries (tenacity) happen only after connection errors (refused, reset, closed b
 answer) and HTTP 502/503, at most `retry_budget` per request, each on another server when one
 is live; a refused server is skipped for `server_cooldown_s`. Routing: `inference/routing.py`.
 
+Disaggregated prefill/decode (`InferenceConfig.prefill_servers`, `inference/disagg.py`): each
+attempt first prefills on the prefill pool (`max_tokens=1`, `kv_transfer_params`
+`do_remote_decode`), then decodes on the decode pool with the prefill answer's
+`kv_transfer_params`; each phase is routed inside its pool by the same rule, a failure of either
+restarts the attempt at the prefill (on other servers), and `first_token_timeout_s` bounds the
+time to the prefill answer.
+
+HTTP: one aiohttp session (`inference/transport.py`; httpx cost ~3 ms of client CPU per request
+at 256 in flight, aiohttp + orjson well under 1 ms, benchmarks/fleet_client.py).
+
 Every attempt carries `cache_salt` = prefix + the server's policy version (vLLM keeps prefix
 cache hits within one weights version). With `concurrency.enabled`, a background task polls each
-server's `/metrics` and an AIMD controller (`inference/concurrency.py`) sets per-server in-flight
+server's `/metrics` (also with `scrape_metrics`: KV usage and the prefix-cache hit rate in the
+metrics) and an AIMD controller (`inference/concurrency.py`) sets per-server in-flight
 limits from KV-cache usage; a request finding every eligible server at its limit waits (inside
 its deadline). Weight updates speak either the swefleet API or vLLM 0.26's dev routes
 (`server_api`, docs/vllm.md).
@@ -27,17 +39,14 @@ its deadline). Weight updates speak either the swefleet API or vLLM 0.26's dev r
 from __future__ import annotations
 
 import asyncio
-import itertools
-import math
-import ssl
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-import httpx
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -46,37 +55,26 @@ from tenacity import (
     wait_exponential,
 )
 
-from inference.concurrency import AIMDController, parse_kv_usage
+from inference.concurrency import (
+    AIMDController,
+    kv_usage_of,
+    parse_samples,
+    prefix_cache_of,
+)
 from inference.config import InferenceConfig
+from inference.disagg import decode_body, prefill_body, transfer_params
 from inference.protocol import CancelReason, Completion, RequestCancelled
-from inference.routing import Router, ServerState, percentile
+from inference.routing import PrefixCacheStats, Router, ServerState, percentile
+from inference.transport import ConnectFailed, ConnectionLost, Response, Transport
 from inference.wire import CompletionResponse, HealthResponse, UpdateWeightsResponse
 
 #: transport failures after which the request is retried (the server never answered it)
-CONNECTION_ERRORS = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.ReadError,
-    httpx.WriteError,
-    httpx.RemoteProtocolError,
-)
+CONNECTION_ERRORS = (ConnectFailed, ConnectionLost)
 RETRYABLE_STATUS = frozenset({502, 503})
 
 
 class WeightUpdateError(RuntimeError):
     """At least one server did not confirm the new weights."""
-
-
-def _http_pools(cfg: InferenceConfig) -> list[httpx.AsyncClient]:
-    """`http_pool_shards` clients sharing one TLS context, each with its share of connections."""
-    per_pool = max(1, math.ceil(cfg.max_connections / cfg.http_pool_shards))
-    limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
-    timeout = httpx.Timeout(cfg.request_timeout_s, connect=cfg.connect_timeout_s)
-    tls = ssl.create_default_context()
-    return [
-        httpx.AsyncClient(timeout=timeout, limits=limits, verify=tls, trust_env=False)
-        for _ in range(cfg.http_pool_shards)
-    ]
 
 
 def request_body(cfg: InferenceConfig, prompt_ids: list[int], max_tokens: int) -> dict:
@@ -115,27 +113,46 @@ class _Call:
     server: ServerState | None = None
     retries: int = 0
     waited: bool = False
+    first_token_by: float | None = None
+    """Loop time by which the prefill answer must arrive (disaggregated serving)."""
+    prefill: tuple[ServerState, int | None] | None = None
+    """Prefill server and its version of the current attempt (disaggregated serving)."""
+    first_token_s: float = 0.0
+    """Seconds from the call's start to the prefill answer of the current attempt."""
 
 
 class FleetClient:
-    """Async client over a fleet of servers; implements `inference.protocol.ModelClient`."""
+    """Async client over a fleet of servers; implements `inference.protocol.ModelClient`.
 
-    def __init__(self, urls: Sequence[str], config: InferenceConfig | None = None) -> None:
+    `urls` are the servers that decode (and prefill, unless `prefill_urls` or
+    `config.prefill_servers` name a separate prefill pool)."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        config: InferenceConfig | None = None,
+        *,
+        prefill_urls: Sequence[str] | None = None,
+    ) -> None:
         if not urls:
             raise ValueError("FleetClient needs at least one server URL")
         self.config = cfg = config or InferenceConfig()
-        self.servers = [ServerState(url.rstrip("/")) for url in urls]
+        prefill_urls = cfg.prefill_servers if prefill_urls is None else prefill_urls
+        role = "decode" if prefill_urls else "both"
+        self.servers = [ServerState(url.rstrip("/"), role=role) for url in urls]
+        self.prefill_servers = [ServerState(u.rstrip("/"), role="prefill") for u in prefill_urls]
+        self._every = self.prefill_servers + self.servers
         self._router = Router(self.servers, cfg.affinity_max_imbalance)
-        self._pools = _http_pools(cfg)
-        self._http = self._pools[0]  # admin calls (health, weights)
-        self._next_pool = itertools.count()
+        self._prefill_router = Router(self.prefill_servers, cfg.affinity_max_imbalance)
+        self._transport = Transport(cfg.max_connections, cfg.connect_timeout_s)
+        self._pools = [self._transport]  # test seam: tests/integration/test_agents_engine.py
         self.totals: Counter = Counter()
         self._versions_known = False
         self._refreshed_at = -1e9
         self._refresh_lock = asyncio.Lock()
         self._limiters: dict[str, AIMDController] = {}
         if cfg.concurrency.enabled:
-            for server in self.servers:
+            for server in self._every:
                 self._limiters[server.url] = limiter = AIMDController(cfg.concurrency)
                 server.limit = limiter.cap
         self._room = asyncio.Event()
@@ -152,7 +169,7 @@ class FleetClient:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
             self._poller = None
-        await asyncio.gather(*(pool.aclose() for pool in self._pools))
+        await self._transport.aclose()
 
     # ---- ModelClient ----
 
@@ -164,21 +181,24 @@ class FleetClient:
         episode_id: str = "",
         min_policy_version: int = 0,
     ) -> Completion:
+        cfg = self.config
         call = _Call(
-            request_body(self.config, prompt_ids, max_tokens),
+            request_body(cfg, prompt_ids, max_tokens),
             episode_id,
             min_policy_version,
             time.monotonic(),
         )
         self.totals["requests"] += 1
-        if self._limiters and self._poller is None:
+        if self._poller is None and (self._limiters or cfg.scrape_metrics):
             self._poller = asyncio.create_task(self._poll_metrics(), name="fleet-metrics-poll")
+        if self.prefill_servers and cfg.first_token_timeout_s is not None:
+            call.first_token_by = asyncio.get_running_loop().time() + cfg.first_token_timeout_s
         try:
-            async with asyncio.timeout(self.config.request_timeout_s):
-                completion = await self._retrying(call)(self._attempt, call)
+            async with asyncio.timeout(cfg.request_timeout_s):
+                completion = await self._attempts(call)
         except TimeoutError:
             raise self._drop(
-                call, CancelReason.timeout, f"no completion within {self.config.request_timeout_s}s"
+                call, CancelReason.timeout, f"no completion within {cfg.request_timeout_s}s"
             ) from None
         except _Retryable as exc:
             reason = CancelReason.overload if exc.status == 503 else CancelReason.server_error
@@ -192,7 +212,7 @@ class FleetClient:
         """Lowest policy version among servers that answered (0 when none did)."""
         if not self._versions_known:
             await self.refresh()
-        versions = [s.version for s in self.servers if s.version is not None]
+        versions = [s.version for s in self._every if s.version is not None]
         return min(versions) if versions else 0
 
     # ---- fleet management ----
@@ -201,24 +221,27 @@ class FleetClient:
         """Ask every server's /health for its version; unreachable ones are marked down."""
         async with self._refresh_lock:
             if time.monotonic() - self._refreshed_at >= max_age_s:
-                await asyncio.gather(*(self._health(s) for s in self.servers))
+                await asyncio.gather(*(self._health(s) for s in self._every))
                 self._refreshed_at = time.monotonic()
                 self._versions_known = True
-        return {s.url: s.version for s in self.servers}
+        return {s.url: s.version for s in self._every}
 
     async def update_weights(
         self, version: int, path: str | Path, *, abort_in_flight: bool | None = None
     ) -> None:
-        """Load `path` (HF safetensors dir) on every server; returns once all serve `version`."""
+        """Load `path` (HF safetensors dir) on every server (both pools under P/D); returns once
+        all serve `version`."""
         abort = self.config.abort_on_update if abort_in_flight is None else abort_in_flight
         body = {"path": str(path), "version": version, "abort_in_flight": abort}
-        timeout = httpx.Timeout(self.config.update_timeout_s, connect=self.config.connect_timeout_s)
+        timeout_s = self.config.update_timeout_s
 
         async def one(server: ServerState) -> None:
             if self.config.server_api == "vllm":
-                await self._update_vllm(server, version, str(path), abort, timeout)
+                await self._update_vllm(server, version, str(path), abort, timeout_s)
                 return
-            resp = await self._http.post(f"{server.url}/update_weights", json=body, timeout=timeout)
+            resp = await self._transport.post(
+                f"{server.url}/update_weights", json=body, timeout_s=timeout_s
+            )
             if resp.status_code != 200:
                 raise WeightUpdateError(f"{server.url}: HTTP {resp.status_code} {resp.text[:300]}")
             served = UpdateWeightsResponse.model_validate_json(resp.content).policy_version
@@ -226,8 +249,8 @@ class FleetClient:
                 raise WeightUpdateError(f"{server.url}: serves {served}, expected {version}")
             server.version = version
 
-        async with asyncio.timeout(self.config.update_timeout_s):
-            results = await asyncio.gather(*(one(s) for s in self.servers), return_exceptions=True)
+        async with asyncio.timeout(timeout_s):
+            results = await asyncio.gather(*(one(s) for s in self._every), return_exceptions=True)
         errors = [f"{r!r}" for r in results if isinstance(r, BaseException)]
         self.totals["weight_updates"] += 1
         if errors:
@@ -236,14 +259,14 @@ class FleetClient:
             )
 
     async def _update_vllm(
-        self, server: ServerState, version: int, path: str, abort: bool, timeout: httpx.Timeout
+        self, server: ServerState, version: int, path: str, abort: bool, timeout_s: float
     ) -> None:
         """vLLM 0.26 dev routes: pause (keep or abort in-flight requests), run the worker
         extension's `update_weights_from_path` on every worker, resume (always)."""
         url = server.url
 
-        async def post(route: str, **kwargs) -> httpx.Response:
-            resp = await self._http.post(f"{url}{route}", timeout=timeout, **kwargs)
+        async def post(route: str, **kwargs) -> Response:
+            resp = await self._transport.post(f"{url}{route}", timeout_s=timeout_s, **kwargs)
             if resp.status_code != 200:
                 raise WeightUpdateError(f"{url}{route}: HTTP {resp.status_code} {resp.text[:300]}")
             return resp
@@ -265,96 +288,165 @@ class FleetClient:
     def release_episode(self, episode_id: str) -> None:
         """Forget an episode's server affinity (call when the episode ends)."""
         self._router.forget(episode_id)
+        self._prefill_router.forget(episode_id)
 
     def server_metrics(self) -> dict[str, dict]:
-        """Per server: in_flight, policy_version, live, attempts, completed, failures, tokens,
-        latency_p50_s / latency_p99_s (last 4096 completions), drops by reason."""
+        """Per server: role, in_flight, policy_version, live, attempts, completed, failures,
+        tokens, latency_p50_s / latency_p99_s (last 4096 completions), drops by reason, and from
+        the last `/metrics` scrapes (`scrape_metrics` or adaptive concurrency; None where not
+        exposed): kv_usage, kv_hit_rate (prefix-cache hit tokens / queried tokens between the
+        last two scrapes) and kv_hit_rate_cumulative (since the server started)."""
         now = time.monotonic()
-        return {s.url: s.snapshot(now) for s in self.servers}
+        return {s.url: s.snapshot(now) for s in self._every}
 
     def metrics(self) -> dict[str, float]:
-        """Fleet-wide `infer/...` scalars for the metrics sink."""
+        """Fleet-wide `infer/...` scalars for the metrics sink; `infer/kv_hit_rate` pools the
+        servers' hit and queried tokens between their last two scrapes."""
+        now = time.monotonic()
         latencies = [x for s in self.servers for x in s.latencies]
         out = {f"infer/{key}": float(n) for key, n in self.totals.items()}
-        out["infer/in_flight"] = float(sum(s.in_flight for s in self.servers))
-        out["infer/live_servers"] = float(sum(s.live(time.monotonic()) for s in self.servers))
+        out["infer/in_flight"] = float(sum(s.in_flight for s in self._every))
+        out["infer/live_servers"] = float(sum(s.live(now) for s in self._every))
         if self._limiters:
             out["infer/inflight_limit"] = float(sum(s.limit for s in self.servers))
         out["infer/latency_p50_s"] = percentile(latencies, 50)
         out["infer/latency_p99_s"] = percentile(latencies, 99)
+        scraped = [s.prefix for s in self._every if s.prefix is not None]
+        queries = sum(p.window_queries for p in scraped)
+        if queries > 0:
+            out["infer/kv_hit_rate"] = sum(p.window_hits for p in scraped) / queries
         return out
+
+    async def scrape_metrics(self) -> None:
+        """Read every server's `/metrics` once (KV usage, prefix-cache counters, AIMD limits)."""
+        await asyncio.gather(*(self._poll_one(s) for s in self._every))
+        self._room.set()
 
     # ---- internals ----
 
+    async def _attempts(self, call: _Call) -> Completion:
+        """The first attempt runs bare: tenacity's machinery costs ~0.15 ms of client CPU per
+        call (benchmarks/fleet_client.py), too much for the common path; after a retryable
+        failure tenacity runs the remaining `retry_budget` attempts."""
+        try:
+            return await self._attempt(call)
+        except _Retryable:
+            if self.config.retry_budget == 0:
+                raise
+        return await self._retrying(call)(self._attempt, call)
+
     def _retrying(self, call: _Call) -> AsyncRetrying:
-        def count(_: RetryCallState) -> None:
+        """Retries 1..`retry_budget`; before each: count it, back off exponentially."""
+        wait = wait_exponential(multiplier=self.config.retry_backoff_s, max=1.0)
+
+        async def backoff(state: RetryCallState) -> None:
             call.retries += 1
             self.totals["retries"] += 1
+            await asyncio.sleep(wait(state))
 
         return AsyncRetrying(
             retry=retry_if_exception_type(_Retryable),
-            stop=stop_after_attempt(self.config.retry_budget + 1),
-            wait=wait_exponential(multiplier=self.config.retry_backoff_s, max=1.0),
-            before_sleep=count,
+            stop=stop_after_attempt(self.config.retry_budget),
+            before=backoff,
             reraise=True,
         )
 
-    async def _route(self, call: _Call) -> ServerState:
+    async def _route(self, call: _Call, router: Router) -> ServerState:
         if self._limiters:
-            await self._wait_for_room(call)
+            await self._wait_for_room(call, router)
         now = time.monotonic()
-        server = self._router.pick(call.episode_id, call.min_version, call.tried, now)
+        server = router.pick(call.episode_id, call.min_version, call.tried, now)
         if server is None:
             await self.refresh()
-            server = self._router.pick(call.episode_id, call.min_version, call.tried, now)
+            server = router.pick(call.episode_id, call.min_version, call.tried, now)
         if server is None:
-            versions = {s.url: s.version for s in self.servers}
+            versions = {s.url: s.version for s in router.servers}
             raise RequestCancelled(
                 CancelReason.stale, f"no server at policy version >= {call.min_version}: {versions}"
             )
         return server
 
     async def _attempt(self, call: _Call) -> Completion:
-        server = call.server = await self._route(call)
+        body, headers = call.body, None
+        if self.prefill_servers:  # disaggregated: prefill first, hand its KV to the decoder
+            headers = {"X-Request-Id": f"cmpl-{uuid.uuid4().hex}"}
+            if call.first_token_by is None:
+                params = await self._prefill(call, headers)
+            else:
+                try:
+                    async with asyncio.timeout_at(call.first_token_by):
+                        params = await self._prefill(call, headers)
+                except TimeoutError:
+                    raise RequestCancelled(
+                        CancelReason.timeout,
+                        f"no first token within {self.config.first_token_timeout_s}s "
+                        f"(prefill on {call.server.url if call.server else '?'})",
+                    ) from None
+            body = decode_body(body, {"kv_transfer_params": params})
+        server = call.server = await self._route(call, self._router)
+        sent_version = server.version
+        resp = await self._post(call, server, body, headers)
+        return self._completion(call, server, resp.content, sent_version)
+
+    async def _prefill(self, call: _Call, headers: dict[str, str]) -> dict:
+        """Phase 1 of disaggregated serving: the prefill answer's `kv_transfer_params`."""
+        server = call.server = await self._route(call, self._prefill_router)
+        call.prefill = (server, server.version)
+        t0 = time.monotonic()
+        resp = await self._post(call, server, prefill_body(call.body), headers)
+        data = CompletionResponse.model_validate_json(resp.content)
+        if data.choices and data.choices[0].finish_reason == "abort":
+            raise RequestCancelled(CancelReason.shutdown, f"{server.url}: prefill aborted")
+        try:
+            params = transfer_params({"kv_transfer_params": data.kv_transfer_params})
+        except ValueError as exc:
+            raise RequestCancelled(CancelReason.server_error, f"{server.url}: {exc}") from None
+        if data.policy_version is not None:
+            server.version = max(server.version or 0, data.policy_version)
+        server.completed += 1
+        server.latencies.append(time.monotonic() - t0)  # a prefill server's latency: its TTFT
+        call.first_token_s = time.monotonic() - call.t0
+        return params
+
+    async def _post(
+        self, call: _Call, server: ServerState, body: dict, headers: dict[str, str] | None
+    ) -> Response:
+        """One POST /v1/completions to `server`; a 200 answer or an exception for `generate`."""
         call.tried.add(server.url)
         server.attempts += 1
         server.in_flight += 1
-        sent_version = server.version
-        body = call.body
         if self.config.cache_salt:
             body = {**body, "cache_salt": f"{self.config.cache_salt_prefix}{server.version or 0}"}
         try:
-            pool = self._pools[next(self._next_pool) % len(self._pools)]
-            resp = await pool.post(f"{server.url}/v1/completions", json=body)
+            if headers is None:
+                resp = await self._transport.post(f"{server.url}/v1/completions", json=body)
+            else:
+                resp = await self._transport.post(
+                    f"{server.url}/v1/completions", json=body, headers=headers
+                )
         except CONNECTION_ERRORS as exc:
             server.failures += 1
             server.down_until = time.monotonic() + self.config.server_cooldown_s
             raise _Retryable(f"{server.url}: {type(exc).__name__}: {exc}") from exc
-        except httpx.TimeoutException as exc:
-            raise RequestCancelled(
-                CancelReason.timeout, f"{server.url}: {type(exc).__name__}"
-            ) from exc
         finally:
             server.in_flight -= 1
             if self._limiters:
                 self._room.set()
-        if resp.status_code in RETRYABLE_STATUS:
+        status = resp.status_code
+        if status == 200:
+            return resp
+        if status in RETRYABLE_STATUS:
             server.failures += 1
-            if resp.status_code == 503 and server.url in self._limiters:
+            if status == 503 and server.url in self._limiters:
                 limiter = self._limiters[server.url]
                 limiter.overloaded(time.monotonic())
                 server.limit = limiter.cap
-            raise _Retryable(
-                f"{server.url}: HTTP {resp.status_code} {resp.text[:200]}", resp.status_code
-            )
-        if resp.status_code == 429:
+            raise _Retryable(f"{server.url}: HTTP {status} {resp.text[:200]}", status)
+        if status == 429:
             raise RequestCancelled(CancelReason.overload, f"{server.url}: HTTP 429")
-        if resp.status_code != 200:
-            raise RequestCancelled(
-                CancelReason.server_error,
-                f"{server.url}: HTTP {resp.status_code} {resp.text[:300]}",
-            )
-        return self._completion(call, server, resp.content, sent_version)
+        raise RequestCancelled(
+            CancelReason.server_error, f"{server.url}: HTTP {status} {resp.text[:300]}"
+        )
 
     def _completion(
         self, call: _Call, server: ServerState, content: bytes, sent_version: int | None = None
@@ -380,6 +472,17 @@ class FleetClient:
                 else CancelReason.shutdown
             )
             raise RequestCancelled(reason, f"{server.url}: aborted ({data.abort_reason})")
+        extra = {
+            "policy_version_final": final,
+            "retries": call.retries,
+            "prompt_tokens": data.usage.prompt_tokens,
+            "stop_reason": choice.stop_reason,
+        }
+        if call.prefill is not None:  # the prompt's KV came from older weights, if any
+            prefill_server, prefill_version = call.prefill
+            version = min(version, prefill_version or 0)
+            extra["prefill_server"] = prefill_server.url
+            extra["first_token_s"] = call.first_token_s
         if version < call.min_version:
             raise RequestCancelled(
                 CancelReason.stale, f"{server.url}: generated by v{version} < v{call.min_version}"
@@ -396,12 +499,7 @@ class FleetClient:
             latency_s=latency,
             server=server.url,
             routed_experts=choice.routed_experts,
-            extra={
-                "policy_version_final": final,
-                "retries": call.retries,
-                "prompt_tokens": data.usage.prompt_tokens,
-                "stop_reason": choice.stop_reason,
-            },
+            extra=extra,
         )
 
     def _drop(self, call: _Call, reason: CancelReason, detail: str) -> RequestCancelled:
@@ -410,11 +508,11 @@ class FleetClient:
             call.server.drops[reason.value] += 1
         return RequestCancelled(reason, detail)
 
-    async def _wait_for_room(self, call: _Call) -> None:
-        """Wait while every live eligible server is at its in-flight limit."""
+    async def _wait_for_room(self, call: _Call, router: Router) -> None:
+        """Wait while every live eligible server of the pool is at its in-flight limit."""
         while True:
             now = time.monotonic()
-            live = [s for s in self._router.eligible(call.min_version) if s.live(now)]
+            live = [s for s in router.eligible(call.min_version) if s.live(now)]
             if not live or any(s.has_room() for s in live):
                 return
             if not call.waited:
@@ -422,38 +520,45 @@ class FleetClient:
                 self.totals["concurrency_waits"] += 1
             self._room.clear()
             try:  # re-check now and then: servers may come back or change version meanwhile
-                await asyncio.wait_for(self._room.wait(), 0.5)
+                async with asyncio.timeout(0.5):
+                    await self._room.wait()
             except TimeoutError:
                 pass
 
     async def _poll_metrics(self) -> None:
-        """Feed each server's KV-cache usage to its AIMD controller, forever."""
+        """Scrape every server's `/metrics` every `poll_interval_s`, forever."""
         interval = self.config.concurrency.poll_interval_s
         while True:
-            await asyncio.gather(*(self._poll_one(s) for s in self.servers))
-            self._room.set()
+            await self.scrape_metrics()
             await asyncio.sleep(interval)
 
     async def _poll_one(self, server: ServerState) -> None:
         try:
-            resp = await self._http.get(
-                f"{server.url}/metrics", timeout=self.config.connect_timeout_s
+            resp = await self._transport.get(
+                f"{server.url}/metrics", timeout_s=self.config.connect_timeout_s
             )
-        except httpx.HTTPError:
+        except (ConnectionError, TimeoutError):
             return  # down or slow: keep the limit; the request path handles liveness
         if resp.status_code != 200:
             return
-        limiter = self._limiters[server.url]
-        limiter.observe(parse_kv_usage(resp.text), server.in_flight, time.monotonic())
-        server.limit = limiter.cap
+        samples = parse_samples(resp.text)
+        server.kv_usage = kv_usage_of(samples)
+        counters = prefix_cache_of(samples)
+        if counters is not None:
+            server.prefix = server.prefix or PrefixCacheStats()
+            server.prefix.update(*counters)
+        limiter = self._limiters.get(server.url)
+        if limiter is not None:
+            limiter.observe(server.kv_usage, server.in_flight, time.monotonic())
+            server.limit = limiter.cap
         self.totals["metrics_polls"] += 1
 
     async def _health(self, server: ServerState) -> None:
         try:
-            resp = await self._http.get(
-                f"{server.url}/health", timeout=self.config.connect_timeout_s
+            resp = await self._transport.get(
+                f"{server.url}/health", timeout_s=self.config.connect_timeout_s
             )
-        except httpx.HTTPError:
+        except (ConnectionError, TimeoutError):
             server.down_until = time.monotonic() + self.config.server_cooldown_s
             return
         if resp.status_code == 200:

@@ -38,7 +38,10 @@ class Completion(BaseModel):
     latency_s: float = 0.0
     server: str = ""
     routed_experts: str | None = None
-    """base64 .npy (tokens-1, layers, top_k) when the server returns routed experts."""
+    """base64 .npy (prompt + completion tokens - 1, num_hidden_layers, top_k), uint8 (<= 256
+    experts) or uint16: the experts each layer chose for every forwarded token of the request,
+    prompt included (vLLM 0.26.0 `--enable-return-routed-experts`; `swefleet/routed_experts.py`).
+    None when the server does not return them."""
     extra: dict = Field(default_factory=dict)
 
 

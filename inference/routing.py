@@ -24,11 +24,40 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+@dataclass
+class PrefixCacheStats:
+    """A server's prefix-cache counters (tokens) at the last two scrapes of its `/metrics`."""
+
+    queries: float = 0.0
+    hits: float = 0.0
+    window_queries: float = 0.0
+    """Queried tokens between the last two scrapes."""
+    window_hits: float = 0.0
+
+    def update(self, queries: float, hits: float) -> None:
+        dq, dh = queries - self.queries, hits - self.hits
+        if dq < 0 or dh < 0:  # counters went back: the server restarted, count from zero
+            dq, dh = queries, hits
+        self.queries, self.hits, self.window_queries, self.window_hits = queries, hits, dq, dh
+
+    @property
+    def window_rate(self) -> float | None:
+        """Hit tokens / queried tokens between the last two scrapes (None: no queries)."""
+        return self.window_hits / self.window_queries if self.window_queries > 0 else None
+
+    @property
+    def cumulative_rate(self) -> float | None:
+        """Hit tokens / queried tokens since the server started."""
+        return self.hits / self.queries if self.queries > 0 else None
+
+
 @dataclass(eq=False)
 class ServerState:
     """What the client knows about one server."""
 
     url: str
+    role: str = "both"
+    """`both` (unified server), `prefill` or `decode` (disaggregated pools)."""
     version: int | None = None
     """Last policy version the server reported (/health, a completion, update_weights)."""
     in_flight: int = 0
@@ -43,6 +72,10 @@ class ServerState:
     tokens: int = 0
     drops: Counter = field(default_factory=Counter)
     latencies: deque = field(default_factory=lambda: deque(maxlen=4096))
+    kv_usage: float | None = None
+    """Last scraped `vllm:kv_cache_usage_perc` (None: not exposed or never scraped)."""
+    prefix: PrefixCacheStats | None = None
+    """Prefix-cache counters from `/metrics` (None: not exposed or never scraped)."""
 
     def live(self, now: float) -> bool:
         return self.down_until <= now
@@ -53,6 +86,7 @@ class ServerState:
     def snapshot(self, now: float) -> dict:
         lat = list(self.latencies)
         return {
+            "role": self.role,
             "in_flight": self.in_flight,
             "inflight_limit": self.limit,
             "policy_version": self.version,
@@ -64,6 +98,9 @@ class ServerState:
             "latency_p50_s": percentile(lat, 50),
             "latency_p99_s": percentile(lat, 99),
             "drops": dict(self.drops),
+            "kv_usage": self.kv_usage,
+            "kv_hit_rate": self.prefix.window_rate if self.prefix else None,
+            "kv_hit_rate_cumulative": self.prefix.cumulative_rate if self.prefix else None,
         }
 
 

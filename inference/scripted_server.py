@@ -12,6 +12,21 @@ With `--kv-capacity N` `/metrics` also exposes vLLM's `vllm:kv_cache_usage_perc`
 min(1, requests in flight / N), for the fleet's adaptive concurrency. vLLM 0.26's dev routes
 used for weight updates are emulated: `/pause`, `/resume`, and `/collective_rpc` with method
 `update_weights_from_path` (args `[path, version]`; answers `{"results": ["<version>"]}`).
+
+With `--prefix-cache`, a prefix cache is emulated (16-token blocks, keyed by `cache_salt`) and
+`/metrics` exposes vLLM 0.26's counters `vllm:prefix_cache_queries_total` and
+`vllm:prefix_cache_hits_total` (prompt tokens queried / found cached).
+
+Disaggregated prefill/decode with vLLM's NixlConnector is emulated by `--role`:
+
+- `prefill`: a request must carry `kv_transfer_params.do_remote_decode`; the server keeps the
+  prompt ("KV blocks") under the request id (`X-Request-Id` header) and answers one token plus
+  `kv_transfer_params` shaped as 0.26.0's `NixlConnectorScheduler.request_finished` returns them
+  (`remote_port` is this server's HTTP port: the emulated NIXL side channel);
+- `decode`: a request must carry the prefill answer's `kv_transfer_params`
+  (`do_remote_prefill: true`); the server pulls the blocks from `GET
+  {remote_host}:{remote_port}/kv/{remote_request_id}` (once, as NIXL frees them after the read)
+  and checks they hold exactly its prompt (400 otherwise, 502 when the pull fails).
 """
 
 from __future__ import annotations
@@ -19,8 +34,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import uuid
 
-from fastapi import FastAPI
+import httpx
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse
 
 from inference.serving import serve
@@ -47,20 +64,103 @@ def scripted_tokens(
     return out, "length"
 
 
+BLOCK = 16
+
+
+class PrefixCache:
+    """Emulated prefix cache: full 16-token blocks of prompts seen before, per `cache_salt`."""
+
+    def __init__(self) -> None:
+        self.blocks: set[int] = set()
+        self.queries = 0
+        self.hits = 0
+
+    def lookup(self, salt: str | None, prompt: list[int]) -> None:
+        """Count the prompt's tokens as queried and its cached leading blocks as hits."""
+        self.queries += len(prompt)
+        key, cached = hash(salt), True
+        for start in range(0, len(prompt) - BLOCK + 1, BLOCK):
+            key = hash((key, tuple(prompt[start : start + BLOCK])))
+            if cached and key in self.blocks:
+                self.hits += BLOCK
+            else:
+                cached = False
+                self.blocks.add(key)
+
+
+def prefill_params_answer(request: Request, request_id: str, prompt: list[int]) -> dict:
+    """`kv_transfer_params` of a prefill answer, as vLLM 0.26.0's NIXL scheduler builds them."""
+    host, port = request.scope["server"]
+    return {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_block_ids": [list(range(-(-len(prompt) // BLOCK)))],
+        "remote_engine_id": f"scripted-{port}",
+        "remote_request_id": request_id,
+        "remote_host": host,
+        "remote_port": port,
+        "tp_size": 1,
+        "remote_num_tokens": len(prompt),
+        "remote_blocks_expiry_time": None,
+    }
+
+
+async def pull_blocks(params: dict, prompt: list[int]) -> None:
+    """The decode side's "NIXL read": fetch the prefilled prompt and check it is ours."""
+    url = f"http://{params['remote_host']}:{params['remote_port']}/kv/{params['remote_request_id']}"
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=5.0) as client:
+            resp = await client.get(url)
+    except httpx.HTTPError as exc:
+        raise HTTPException(502, f"KV pull from {url} failed: {exc!r}") from exc
+    if resp.status_code != 200:
+        raise HTTPException(502, f"KV pull from {url}: HTTP {resp.status_code}")
+    if resp.json()["prompt"] != prompt or params.get("remote_num_tokens") != len(prompt):
+        raise HTTPException(400, "pulled KV blocks do not match this request's prompt")
+
+
 def create_app(
     delay_s: float = 0.0,
     policy_version: int = 0,
     vocab_size: int = 1024,
     hang_token: int = -1,
     kv_capacity: int = 0,
+    role: str = "both",
+    prefix_cache: bool = False,
 ) -> FastAPI:
     app = FastAPI(title="swefleet scripted server")
     state = {"version": policy_version, "completions": 0, "delay_s": delay_s}
     load = {"in_flight": 0, "peak": 0, "paused": 0, "resumed": 0}
     salts: dict[str, int] = {}
+    cache = PrefixCache() if prefix_cache else None
+    kv = {"held": {}, "prefills": 0, "pulls": 0, "decodes": 0, "last_params": None}
+
+    async def disaggregated(body: CompletionRequest, request: Request, prompt: list[int]) -> dict:
+        """The phase checks of `--role`; returns the prefill answer's `kv_transfer_params`."""
+        params = body.kv_transfer_params or {}
+        if role == "prefill":
+            if not params.get("do_remote_decode"):
+                raise HTTPException(400, "prefill server: kv_transfer_params.do_remote_decode")
+            request_id = request.headers.get("X-Request-Id") or f"cmpl-{uuid.uuid4().hex}"
+            kv["held"][request_id] = prompt
+            kv["prefills"] += 1
+            return prefill_params_answer(request, request_id, prompt)
+        if not params.get("do_remote_prefill"):
+            raise HTTPException(400, "decode server: no kv_transfer_params from a prefill")
+        await pull_blocks(params, prompt)
+        kv["pulls"] += 1
+        kv["decodes"] += 1
+        kv["last_params"] = params
+        return {}
+
+    @app.get("/kv/{request_id}")
+    async def kv_blocks(request_id: str) -> dict:
+        if request_id not in kv["held"]:
+            raise HTTPException(404, f"no KV blocks held for {request_id}")
+        return {"prompt": kv["held"].pop(request_id)}
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest) -> CompletionResponse:
+    async def completions(body: CompletionRequest, request: Request) -> CompletionResponse:
         if body.cache_salt is not None:
             salts[body.cache_salt] = salts.get(body.cache_salt, 0) + 1
         load["in_flight"] += 1
@@ -73,6 +173,9 @@ def create_app(
         prompt = body.prompt if isinstance(body.prompt, list) else [ord(c) for c in body.prompt]
         if hang_token >= 0 and prompt and prompt[0] == hang_token:
             await asyncio.sleep(24 * 3600)  # a hung request: only the client's deadline ends it
+        transfer = await disaggregated(body, request, prompt) if role != "both" else {}
+        if cache is not None and role != "decode":  # a decode server pulls, it does not look up
+            cache.lookup(body.cache_salt, prompt)
         ids, finish = scripted_tokens(
             prompt, body.max_tokens, vocab_size, frozenset(body.stop_token_ids or ())
         )
@@ -96,6 +199,7 @@ def create_app(
             ),
             policy_version=state["version"],
             policy_version_final=state["version"],
+            kv_transfer_params=transfer or None,
         )
 
     @app.get("/health")
@@ -116,6 +220,11 @@ def create_app(
             "cache_salts": salts,
             "paused": load["paused"],
             "resumed": load["resumed"],
+            "role": role,
+            "prefills": kv["prefills"],
+            "kv_pulls": kv["pulls"],
+            "kv_held": len(kv["held"]),
+            "last_kv_transfer_params": kv["last_params"],
         }
 
     @app.get("/metrics")
@@ -124,6 +233,10 @@ def create_app(
         if kv_capacity:
             usage = min(1.0, load["in_flight"] / kv_capacity)
             text += f'vllm:kv_cache_usage_perc{{engine="0",model_name="scripted"}} {usage}\n'
+        if cache is not None:
+            labels = '{engine="0",model_name="scripted"}'
+            text += f"vllm:prefix_cache_queries_total{labels} {float(cache.queries)}\n"
+            text += f"vllm:prefix_cache_hits_total{labels} {float(cache.hits)}\n"
         return PlainTextResponse(text)
 
     # ---- vLLM 0.26 dev routes used by the fleet client (server_api="vllm") ----
@@ -157,15 +270,40 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--delay-s", type=float, default=0.0)
     p.add_argument("--policy-version", type=int, default=0)
     p.add_argument("--vocab-size", type=int, default=1024)
-    p.add_argument("--hang-token", type=int, default=-1,
-                   help="requests whose prompt starts with this id never answer (stragglers)")
-    p.add_argument("--kv-capacity", type=int, default=0,
-                   help="expose vllm:kv_cache_usage_perc = in-flight / this (0: not exposed)")
+    p.add_argument(
+        "--hang-token",
+        type=int,
+        default=-1,
+        help="requests whose prompt starts with this id never answer (stragglers)",
+    )
+    p.add_argument(
+        "--kv-capacity",
+        type=int,
+        default=0,
+        help="expose vllm:kv_cache_usage_perc = in-flight / this (0: not exposed)",
+    )
+    p.add_argument(
+        "--role",
+        choices=["both", "prefill", "decode"],
+        default="both",
+        help="disaggregated serving: emulate a NIXL prefill or decode server",
+    )
+    p.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="emulate a prefix cache and expose vllm:prefix_cache_{queries,hits}_total",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level="INFO")
     serve(
         create_app(
-            args.delay_s, args.policy_version, args.vocab_size, args.hang_token, args.kv_capacity
+            args.delay_s,
+            args.policy_version,
+            args.vocab_size,
+            args.hang_token,
+            args.kv_capacity,
+            args.role,
+            args.prefix_cache,
         ),
         args.host,
         args.port,

@@ -13,7 +13,9 @@
 - response `choices[0]` has `text`, `token_ids` (generated ids, EOS/stop id included, as vLLM),
   `prompt_token_ids` (when `return_token_ids`), `logprobs.{tokens, token_logprobs,
   top_logprobs, text_offset}`, `finish_reason` (`stop`, `length`, `abort`), `stop_reason`
-  (the stop token id, None for EOS), `routed_experts` (always None here); `usage`.
+  (the stop token id, None for EOS), `routed_experts` (MoE
+  models: base64 `.npy` (prompt + completion - 1, layers, top_k) uint8/uint16 expert ids, as vLLM
+  0.26.0 with `--enable-return-routed-experts`; see `swefleet/routed_experts.py`); `usage`.
 - logprobs are vLLM's default `logprobs_mode="raw_logprobs"`: log-softmax of the raw logits,
   i.e. the model's distribution at temperature 1 before top-p, whatever `temperature` and
   `top_p` the token was sampled with.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -56,6 +58,8 @@ class CompletionRequest(BaseModel):
     cache_salt: str | None = None
     """vLLM: prefix-cache salt (the fleet sends one per policy version); the embedded engine has
     no prefix cache and ignores it."""
+    kv_transfer_params: dict[str, Any] | None = None
+    """vLLM: KV connector handle of disaggregated prefill/decode (`inference/disagg.py`)."""
     # vLLM sampling fields the engine does not implement: refused (400) unless left neutral,
     # so a caller never silently gets a different distribution than it asked for.
     stop: str | list[str] | None = None
@@ -118,12 +122,22 @@ class CompletionChoice(BaseModel):
     routed_experts: str | None = None
 
 
+class PromptTokensDetails(BaseModel):
+    """vLLM 0.26.0 `PromptTokenUsageInfo` (OpenAI `usage.prompt_tokens_details`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cached_tokens: int | None = None
+    """Prompt tokens served from the prefix cache."""
+
+
 class Usage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -140,6 +154,8 @@ class CompletionResponse(BaseModel):
     policy_version: int | None = None
     policy_version_final: int | None = None
     abort_reason: str | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    """vLLM: the prefill server's handle for the decode server (disaggregated serving)."""
 
 
 class UpdateWeightsRequest(BaseModel):

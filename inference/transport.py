@@ -1,0 +1,131 @@
+"""HTTP transport of the fleet client: one aiohttp session, orjson bodies, typed failures.
+
+Why aiohttp and not httpx (benchmarks/fleet_client.py, docs/benchmarks.md): at 256 requests in
+flight httpx spent ~3 ms of client CPU per request, most of it in httpcore's connection pool
+(every request scans every connection: `_assign_requests_to_connections`, `is_idle`,
+`has_expired` -> anyio `extra_attributes` -> `getpeername`), plus h11's pure-Python parser.
+aiohttp keeps idle connections in a per-host deque and parses HTTP in C (llhttp); orjson
+encodes/decodes the JSON. Same loopback server: ~0.6 ms per request for a bare aiohttp loop.
+
+Failures are mapped to two exception types so the caller decides about retries:
+
+- `ConnectFailed`: the request never reached a server (refused, connect timeout, DNS);
+- `ConnectionLost`: the connection broke before the whole answer arrived (reset, closed,
+  truncated body). Both mean "the server did not answer this request".
+
+aiohttp's own timers are used only for the TCP connect (`connect_timeout_s`) and for admin
+calls given `timeout_s`; completions run under the caller's `asyncio.timeout` deadline (a
+timeout there is `asyncio.TimeoutError` raised by the caller's context, never mapped here).
+The session is created lazily inside the running loop (aiohttp binds it to that loop).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+_JSON = {"Content-Type": "application/json"}
+
+
+class ConnectFailed(ConnectionError):
+    """No connection to the server (refused, connect timeout): it never saw the request."""
+
+
+class ConnectionLost(ConnectionError):
+    """The connection broke before the answer was complete."""
+
+
+class RequestTimedOut(TimeoutError):
+    """An admin call with `timeout_s` got no complete answer in time."""
+
+
+class Response:
+    """Status and body of one answer (the body is read completely)."""
+
+    __slots__ = ("content", "status_code")
+
+    def __init__(self, status_code: int, content: bytes) -> None:
+        self.status_code = status_code
+        self.content = content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return orjson.loads(self.content)
+
+
+class Transport:
+    """Connection pool over every server of a fleet (`max_connections` in all)."""
+
+    def __init__(self, max_connections: int, connect_timeout_s: float) -> None:
+        self.max_connections = max_connections
+        self.connect_timeout_s = connect_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=0, ttl_dns_cache=None
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s),
+                trust_env=False,
+                auto_decompress=False,
+            )
+        return self._session
+
+    async def post(
+        self,
+        url: str,
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> Response:
+        data = orjson.dumps(json) if json is not None else None
+        hdrs = {**_JSON, **headers} if headers else _JSON
+        return await self._request("POST", url, data, params, hdrs, timeout_s)
+
+    async def get(self, url: str, *, timeout_s: float | None = None) -> Response:
+        return await self._request("GET", url, None, None, None, timeout_s)
+
+    async def _request(
+        self,
+        method: str,
+        url: str,
+        data: bytes | None,
+        params: dict[str, str] | None,
+        headers: dict[str, str] | None,
+        timeout_s: float | None,
+    ) -> Response:
+        kwargs: dict[str, Any] = {}
+        if timeout_s is not None:
+            kwargs["timeout"] = aiohttp.ClientTimeout(
+                total=timeout_s, sock_connect=min(timeout_s, self.connect_timeout_s)
+            )
+        try:
+            async with self._open().request(
+                method, url, data=data, params=params, headers=headers, **kwargs
+            ) as resp:
+                return Response(resp.status, await resp.read())
+        except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+        except aiohttp.ServerTimeoutError as exc:
+            raise RequestTimedOut(f"{type(exc).__name__}: {exc}") from exc
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+        except TimeoutError as exc:
+            if timeout_s is None:  # not ours: an enclosing deadline
+                raise
+            raise RequestTimedOut(f"no answer within {timeout_s}s") from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
