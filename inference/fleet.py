@@ -301,7 +301,8 @@ class FleetClient:
 
     def metrics(self) -> dict[str, float]:
         """Fleet-wide `infer/...` scalars for the metrics sink; `infer/kv_hit_rate` pools the
-        servers' hit and queried tokens between their last two scrapes."""
+        servers' hit and queried tokens between their last two scrapes; `infer/idle_fraction`
+        covers the time since the previous call (one step when the orchestrator calls it)."""
         now = time.monotonic()
         latencies = [x for s in self.servers for x in s.latencies]
         out = {f"infer/{key}": float(n) for key, n in self.totals.items()}
@@ -311,6 +312,9 @@ class FleetClient:
             out["infer/inflight_limit"] = float(sum(s.limit for s in self.servers))
         out["infer/latency_p50_s"] = percentile(latencies, 50)
         out["infer/latency_p99_s"] = percentile(latencies, 99)
+        # mean over servers of the time none of our requests was in flight since the last call
+        out["infer/idle_fraction"] = sum(s.idle.take() for s in self._every) / max(
+            len(self._every), 1)
         scraped = [s.prefix for s in self._every if s.prefix is not None]
         queries = sum(p.window_queries for p in scraped)
         if queries > 0:
@@ -415,6 +419,7 @@ class FleetClient:
         call.tried.add(server.url)
         server.attempts += 1
         server.in_flight += 1
+        server.idle.started()
         if self.config.cache_salt:
             body = {**body, "cache_salt": f"{self.config.cache_salt_prefix}{server.version or 0}"}
         try:
@@ -430,6 +435,7 @@ class FleetClient:
             raise _Retryable(f"{server.url}: {type(exc).__name__}: {exc}") from exc
         finally:
             server.in_flight -= 1
+            server.idle.finished()
             if self._limiters:
                 self._room.set()
         status = resp.status_code

@@ -14,6 +14,8 @@ import math
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
+from inference.idle import IdleClock
+
 
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in [0, 100]); NaN when empty."""
@@ -76,6 +78,8 @@ class ServerState:
     """Last scraped `vllm:kv_cache_usage_perc` (None: not exposed or never scraped)."""
     prefix: PrefixCacheStats | None = None
     """Prefix-cache counters from `/metrics` (None: not exposed or never scraped)."""
+    idle: IdleClock = field(default_factory=IdleClock)
+    """Time with none of our requests in flight (`infer/idle_fraction`)."""
 
     def live(self, now: float) -> bool:
         return self.down_until <= now

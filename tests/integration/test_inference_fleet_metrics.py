@@ -55,3 +55,21 @@ async def test_scrape_metrics_polls_in_the_background(tmp_path):
     assert polls >= 3
     assert metrics["kv_usage"] == 0.0 and metrics["kv_hit_rate_cumulative"] == 0.0
     assert metrics["inflight_limit"] == 1 << 30  # scraping alone sets no limit
+
+
+async def test_idle_fraction_is_the_share_of_time_without_requests(tmp_path):
+    """A server answering in 0.4 s: busy windows read ~0, an idle window ~1, a half-busy one
+    in between (real loopback server, real wall time)."""
+    with scripted(tmp_path, "slow", "--delay-s", "0.4") as server:
+        async with FleetClient([server.url], InferenceConfig()) as fleet:
+            fleet.metrics()  # start a window
+            await asyncio.gather(*(fleet.generate([1, 2, 3], max_tokens=2) for _ in range(4)))
+            busy = fleet.metrics()["infer/idle_fraction"]
+            await asyncio.sleep(0.4)
+            idle = fleet.metrics()["infer/idle_fraction"]
+            await fleet.generate([1, 2, 3], max_tokens=2)
+            await asyncio.sleep(0.4)
+            half = fleet.metrics()["infer/idle_fraction"]
+    assert busy < 0.25
+    assert idle == pytest.approx(1.0)
+    assert 0.25 < half < 0.75
