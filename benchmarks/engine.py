@@ -11,11 +11,22 @@ One random-init Qwen3-shaped model (no download) serves every side in one proces
   temperature 1 with `ignore_eos`, in the KV mode asked for (`--kv-mode`; `auto` is the static
   cache with CUDA-graph decode on CUDA and the dynamic cache on CPU). It runs twice: the first
   run pays one-time costs (graph captures), the second is the reported figure;
-- `engine_dynamic` (with `--with-dynamic`): the engine's transformers-forward path, for reference.
+- `engine_dynamic` (with `--with-dynamic`): the engine's transformers-forward path, for reference;
+- `multi_turn` (with `--multi-turn`): prefix reuse across turns. `conversations` episodes run
+  `turns` turns together (static KV cache, one slot per episode); turn k's prompt is turn k-1's
+  prompt + its completion + `user_tokens` new tokens (turn 1: `first_prompt` tokens), `gen`
+  tokens sampled per turn (seeded, temperature 1, `ignore_eos`). The same episodes run with the
+  prefix cache off, then on. Fields: `off` / `on` each `{wall_s, turn_s (wall s per turn),
+  prompt_tokens, cached_tokens}` (cached = prompt tokens not prefilled again, vLLM's
+  `prefix_cache_hits`), `hit_rate` (on: cached / prompt tokens), `time_saved` (1 - on / off
+  wall time), `speedup` (off / on), `same_tokens` (both runs sampled identical tokens: the
+  cache is exact). `--only-multi-turn` runs just this section.
 
 tokens/s = generated tokens / wall time from first submit (or the `generate` call) to the last
 token, prefill included. The last line printed is one JSON object: `tokens_per_s`,
-`hf_generate_tokens_per_s`, `speedup`, `device`, `workload`, plus the details.
+`hf_generate_tokens_per_s`, `speedup`, `device`, `workload`, plus the details (per engine:
+`ms_per_step` = wall time of the timed run / its decode steps, prefill included;
+`graph_replay_ms` = GPU time of one replay of the largest decode graph, timed alone).
 """
 
 from __future__ import annotations
@@ -54,6 +65,8 @@ PRESETS = {
     },
 }
 WORKLOADS = {"tiny": (8, 64, 32), "qwen3-0.6b": (64, 512, 256)}
+#: conversations, first prompt, user tokens added per turn, generated per turn, turns
+MULTI_TURN = {"tiny": (8, 1024, 64, 16, 4), "qwen3-0.6b": (64, 2048, 128, 128, 4)}
 
 
 def build_model(preset: str, device: str, dtype: str):
@@ -132,6 +145,21 @@ def run_engine(engine, prompts, gen: int) -> tuple[float, int]:
     return tokens / dt, tokens
 
 
+def replay_ms(decoder, reps: int = 50) -> float:
+    """GPU time of one replay of the largest captured decode graph (forward + sampling), the
+    engine idle: the rest of `ms_per_step` is host work and prefill."""
+    import torch
+
+    graph = decoder._graphs[max(decoder._graphs)][0]
+    graph.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        graph.replay()
+    torch.cuda.synchronize()
+    return round(1000 * (time.perf_counter() - t0) / reps, 3)
+
+
 def bench_engine(model, prompts, gen: int, mode: str, graphs: bool) -> dict:
     from inference.engine.core import Engine
 
@@ -147,21 +175,112 @@ def bench_engine(model, prompts, gen: int, mode: str, graphs: bool) -> dict:
     engine.start()
     try:
         cold, _ = run_engine(engine, prompts, gen)
-        warm, _ = run_engine(engine, prompts, gen)
+        steps = engine.counters.decode_steps
+        warm, tokens = run_engine(engine, prompts, gen)
         c = engine.counters
         out = {
             "kv_backend": engine.kv_mode,
             "cold_tokens_per_s": round(cold, 1),
             "tokens_per_s": round(warm, 1),
             "mean_decode_batch": round(c.decode_rows / c.decode_steps, 2),
+            "ms_per_step": round(1000 * tokens / warm / (c.decode_steps - steps), 3),
         }
         decoder = getattr(engine._kv, "decoder", None)
         if decoder is not None:
             out["graph_captures"] = decoder.captures
             out["cuda_graphs"] = decoder.use_graphs
+            if decoder.use_graphs and decoder._graphs:
+                out["graph_replay_ms"] = replay_ms(decoder)
         return out
     finally:
         engine.shutdown()
+
+
+def generate_all(engine, prompts: list[list[int]], params: list) -> list:
+    """Submit every prompt at once; their results in order."""
+    results: list = [None] * len(prompts)
+    done = [threading.Event() for _ in prompts]
+
+    def callback(i: int):
+        def cb(r) -> None:
+            results[i] = r
+            done[i].set()
+
+        return cb
+
+    for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+        engine.submit(prompt, p, callback(i))
+    assert all(ev.wait(600) for ev in done), "engine did not finish"
+    return results
+
+
+def run_turns(engine, firsts: list[list[int]], users, gen: int) -> tuple[list, list, int]:
+    """All conversations' turns in lockstep; returns wall s per turn, the last prompts, prompt
+    tokens."""
+    from inference.engine.core import SamplingParams
+
+    prompts, outputs, prompt_tokens, turn_s = [list(p) for p in firsts], [], 0, []
+    for turn, extra in enumerate(users):
+        t0 = time.perf_counter()
+        if turn:
+            prompts = [p + o + u for p, o, u in zip(prompts, outputs, extra, strict=True)]
+        params = [
+            SamplingParams(max_tokens=gen, temperature=1.0, ignore_eos=True, seed=i)
+            for i in range(len(prompts))
+        ]
+        outputs = [r.token_ids for r in generate_all(engine, prompts, params)]
+        prompt_tokens += sum(len(p) for p in prompts)
+        turn_s.append(round(time.perf_counter() - t0, 3))
+    return turn_s, prompts, prompt_tokens
+
+
+def bench_multi_turn(model, preset: str, graphs: bool) -> dict:
+    import torch
+
+    from inference.engine.core import Engine
+
+    n, first, user, gen, turns = MULTI_TURN[preset]
+    vocab = PRESETS[preset]["vocab_size"]
+    rng = torch.Generator().manual_seed(1)
+    firsts = torch.randint(1, vocab, (n, first), generator=rng).tolist()
+    users = [None] + [
+        torch.randint(1, vocab, (n, user), generator=rng).tolist() for _ in range(turns - 1)
+    ]
+    out: dict = {
+        "workload": f"{n} conversations x {turns} turns: first prompt {first}, +{user} user "
+        f"tokens per turn, {gen} generated per turn",
+    }
+    finals = {}
+    for name, on in (("off", False), ("on", True)):
+        engine = Engine(
+            model,
+            frozenset(),
+            max_model_len=first + (turns - 1) * (gen + user) + gen,
+            max_batch_size=n,
+            kv_mode="static",
+            cuda_graphs=graphs,
+            prefix_cache=on,
+        )
+        engine.start()
+        try:
+            turn_s, finals[name], prompt_tokens = run_turns(engine, firsts, users, gen)
+        finally:
+            engine.shutdown()
+        c = engine.counters
+        out[name] = {
+            "wall_s": round(sum(turn_s), 3),
+            "turn_s": turn_s,
+            "prompt_tokens": prompt_tokens,
+            "cached_tokens": c.prefix_hits,
+        }
+    on_, off = out["on"], out["off"]
+    out.update(
+        hit_rate=round(on_["cached_tokens"] / on_["prompt_tokens"], 4),
+        time_saved=round(1 - on_["wall_s"] / off["wall_s"], 4),
+        speedup=round(off["wall_s"] / on_["wall_s"], 2),
+        same_tokens=finals["on"] == finals["off"],
+    )
+    return out
 
 
 def main() -> None:
@@ -176,6 +295,8 @@ def main() -> None:
     p.add_argument("--no-graphs", action="store_true", help="static cache without CUDA graphs")
     p.add_argument("--with-dynamic", action="store_true", help="also time the dynamic KV path")
     p.add_argument("--skip-hf", action="store_true")
+    p.add_argument("--multi-turn", action="store_true", help="also time prefix reuse across turns")
+    p.add_argument("--only-multi-turn", action="store_true", help="just the multi-turn section")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     args = p.parse_args()
     if args.threads:
@@ -195,6 +316,15 @@ def main() -> None:
         "workload": f"{n} sequences x ({prompt_len} prompt + {gen} generated) tokens",
     }
 
+    if not args.only_multi_turn:
+        bench_generation(model, prompts, gen, args, result)
+    if args.multi_turn or args.only_multi_turn:
+        result["multi_turn"] = bench_multi_turn(model, preset, not args.no_graphs)
+        print(f"multi-turn: {result['multi_turn']}", flush=True)
+    print(json.dumps(result))
+
+
+def bench_generation(model, prompts, gen: int, args, result: dict) -> None:
     hf = None if args.skip_hf else run_hf(model, prompts, gen, args.device)
     print(f"hf generate: {hf} tokens/s", flush=True)
     errors = {}
@@ -215,7 +345,6 @@ def main() -> None:
         speedup=None if hf is None else round(tps / hf, 2),
         errors=errors,
     )
-    print(json.dumps(result))
 
 
 if __name__ == "__main__":

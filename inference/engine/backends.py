@@ -6,8 +6,10 @@
 - `StaticKV`: slots of a preallocated cache (`static.py`), prompts prefilled together, decode
   steps replayed as CUDA graphs on CUDA (`graphs.py`). Dense Llama-family models only.
 
-Both keep rows in the order the engine's running list has: `prefill` appends rows, `decode`
-returns one logits row per running row, `keep` drops rows (and reorders).
+Both keep rows in the order the engine's running list has: `prefill` appends rows (and says how
+many prompt tokens each found cached: `StaticKV` reuses a free slot's K/V of an earlier request
+sharing the prompt's prefix, `prefix.py`), `decode` samples one token per running row, `keep`
+drops rows (and reorders), `invalidate` forgets reusable K/V (new weights).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import torch
 
 from inference.engine.graphs import StaticDecoder
 from inference.engine.kvbatch import KVBatch
+from inference.engine.prefix import PrefixSlots
+from inference.engine.sampling import RowParams, Sampled, sample
 from inference.engine.static import StaticCache, bytes_per_token, unsupported_reason
 
 log = logging.getLogger(__name__)
@@ -31,15 +35,20 @@ class KVBackend(Protocol):
     max_len: int
     """Most tokens (prompt + generated) one sequence may hold."""
 
-    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
-        """Append one row per prompt; float32 logits [n, vocab] of each prompt's last token."""
+    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+        """Append one row per prompt; float32 logits [n, vocab] of each prompt's last token,
+        and per prompt how many of its tokens were served from the prefix cache."""
         ...
 
-    def decode(self, last_tokens: list[int]) -> torch.Tensor:
-        """Feed each row its last token; float32 logits [rows, vocab]."""
+    def decode(self, last_tokens: list[int], rows: list[RowParams]) -> Sampled:
+        """Feed each row its last token; the next token sampled per row with `rows[i]`."""
         ...
 
     def keep(self, rows: list[int]) -> None: ...
+
+    def invalidate(self) -> None:
+        """The weights changed: no K/V computed before may be reused by a later request."""
+        ...
 
     def reset(self) -> None: ...
 
@@ -53,7 +62,7 @@ class DynamicKV:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._batch = KVBatch()
 
-    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
         from transformers import DynamicCache
 
         logits = []
@@ -65,9 +74,9 @@ class DynamicKV:
             )
             self._batch.add(cache, len(prompt))
             logits.append(out.logits[:, -1].float())
-        return torch.cat(logits)
+        return torch.cat(logits), [0] * len(prompts)
 
-    def decode(self, last_tokens: list[int]) -> torch.Tensor:
+    def decode(self, last_tokens: list[int], rows: list[RowParams]) -> Sampled:
         mask, positions = self._batch.step_inputs()
         ids = torch.tensor([[t] for t in last_tokens], dtype=torch.long, device=self.device)
         out = self.model(
@@ -78,10 +87,13 @@ class DynamicKV:
             **{self._cache_kw: self._batch.cache},
         )
         self._batch.commit_step(mask)
-        return out.logits[:, -1].float()
+        return sample(out.logits[:, -1].float(), rows)
 
     def keep(self, rows: list[int]) -> None:
         self._batch.keep(rows)
+
+    def invalidate(self) -> None:
+        pass  # nothing outlives its request
 
     def reset(self) -> None:
         self._batch = KVBatch()
@@ -96,26 +108,28 @@ class StaticKV:
         *,
         use_graphs: bool = True,
         prefill_tokens: int = 16384,
+        prefix_cache: bool = True,
     ) -> None:
         self.cache = StaticCache(model, slots, capacity)
         self.decoder = StaticDecoder(self.cache, use_graphs)
         self.max_len = capacity
         self.prefill_tokens = prefill_tokens
-        self._free = list(range(slots))
+        self.prefix = PrefixSlots(slots, capacity, prefix_cache)
         self._slots: list[int] = []  # slot of each row
         self._lengths: list[int] = []  # tokens cached in each row
 
-    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+        taken = [self.prefix.take(p) for p in prompts]
+        slots, hits = [t[0] for t in taken], [t[1] for t in taken]
+        rest = [p[h:] for p, h in zip(prompts, hits, strict=True)]
         logits, start = [], 0
-        while start < len(prompts):
-            end = self._chunk_end(prompts, start)
-            chunk = prompts[start:end]
-            slots = [self._take_slot() for _ in chunk]
-            logits.append(self.cache.prefill(chunk, slots))
-            self._slots += slots
-            self._lengths += [len(p) for p in chunk]
+        while start < len(rest):
+            end = self._chunk_end(rest, start)
+            logits.append(self.cache.prefill(rest[start:end], slots[start:end], hits[start:end]))
             start = end
-        return torch.cat(logits)
+        self._slots += slots
+        self._lengths += [len(p) for p in prompts]
+        return torch.cat(logits), hits
 
     def _chunk_end(self, prompts: list[list[int]], start: int) -> int:
         """Prompts [start, end) padded to their longest stay within `prefill_tokens`."""
@@ -127,27 +141,32 @@ class StaticKV:
             end += 1
         return end
 
-    def _take_slot(self) -> int:
-        self._free.sort()
-        return self._free.pop(0)
-
-    def decode(self, last_tokens: list[int]) -> torch.Tensor:
-        logits = self.decoder.step(self._slots, last_tokens, self._lengths)
+    def decode(self, last_tokens: list[int], rows: list[RowParams]) -> Sampled:
+        park = [self.prefix.park(s) for s in range(self.cache.slots)]
+        out = self.decoder.step(self._slots, last_tokens, self._lengths, rows, park)
+        self.prefix.append(self._slots, last_tokens)
         self._lengths = [n + 1 for n in self._lengths]
-        return logits
+        return out
 
     def keep(self, rows: list[int]) -> None:
         kept = set(rows)
-        self._free += [s for i, s in enumerate(self._slots) if i not in kept]
+        for i, slot in enumerate(self._slots):
+            if i not in kept:
+                self.prefix.release(slot)
         self._slots = [self._slots[i] for i in rows]
         self._lengths = [self._lengths[i] for i in rows]
 
+    def invalidate(self) -> None:
+        self.prefix.invalidate()
+        self.cache.refresh()
+
     def usage(self) -> float:
-        """Fraction of the cache's token slots holding cached tokens (vLLM's KV usage)."""
+        """Fraction of the cache's token slots holding tokens of running sequences (vLLM's KV
+        usage; K/V kept only for prefix reuse counts as free, as vLLM's cached free blocks)."""
         return sum(self._lengths) / (self.cache.slots * self.cache.capacity)
 
     def reset(self) -> None:
-        self._free = list(range(self.cache.slots))
+        self.prefix.reset()
         self._slots, self._lengths = [], []
 
 
@@ -172,6 +191,7 @@ def make_backend(
     kv_capacity: int = 0,
     cuda_graphs: bool = True,
     memory_fraction: float = 0.5,
+    prefix_cache: bool = True,
 ) -> KVBackend:
     """`auto`: static on CUDA when the model is supported, else dynamic."""
     device = next(model.parameters()).device
@@ -188,4 +208,6 @@ def make_backend(
         capacity,
         cuda_graphs,
     )
-    return StaticKV(model, max_batch_size, capacity, use_graphs=cuda_graphs)
+    return StaticKV(
+        model, max_batch_size, capacity, use_graphs=cuda_graphs, prefix_cache=prefix_cache
+    )

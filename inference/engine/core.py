@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from inference.engine.backends import KVMode, make_backend
-from inference.engine.sampling import RowParams, make_generator, sample
+from inference.engine.experts import make_capture
+from inference.engine.sampling import RowParams, Sampled, make_generator, sample
 from inference.engine.weights import StagedWeights, apply_weights
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,11 @@ class GenerationResult:
     """Weights version that generated the first token (the oldest one in this result)."""
     policy_version_final: int
     prompt_len: int
+    cached_tokens: int = 0
+    """Prompt tokens whose K/V came from the prefix cache (not recomputed)."""
+    routed_experts: Any = None
+    """MoE models: numpy (prompt + generated - 1, layers, top_k) expert ids, vLLM's format
+    (`experts.py`); None for dense models or a request that never reached a forward."""
 
 
 @dataclass
@@ -81,11 +87,12 @@ class _Seq:
     prompt_ids: list[int]
     params: SamplingParams
     on_done: Callable[[Any], None]
-    generator: torch.Generator
+    row: RowParams
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)
     version_start: int | None = None
+    cached_tokens: int = 0
 
 
 @dataclass
@@ -104,6 +111,10 @@ class EngineCounters:
     decode_steps: int = 0
     decode_rows: int = 0
     weight_updates: int = 0
+    prefix_queries: int = 0
+    """Prompt tokens of prefilled requests (vLLM's `prefix_cache_queries`)."""
+    prefix_hits: int = 0
+    """Of those, tokens served from the prefix cache (vLLM's `prefix_cache_hits`)."""
     finished: Counter = field(default_factory=Counter)
 
 
@@ -122,8 +133,11 @@ class Engine:
         kv_mode: KVMode = "dynamic",
         kv_capacity: int = 0,
         cuda_graphs: bool = True,
+        prefix_cache: bool = True,
+        routed_experts: bool = True,
     ) -> None:
         self.model = model
+        self._routing = make_capture(model, routed_experts)
         self.device = next(model.parameters()).device
         self.eos_ids = eos_ids
         self._kv = make_backend(
@@ -133,6 +147,7 @@ class Engine:
             max_model_len=max_model_len,
             kv_capacity=kv_capacity,
             cuda_graphs=cuda_graphs,
+            prefix_cache=prefix_cache,
         )
         self.kv_mode = type(self._kv).__name__
         self.max_model_len = self._kv.max_len
@@ -187,7 +202,12 @@ class Engine:
             list(prompt_ids),
             params,
             on_done,
-            make_generator(params.seed, self.device),
+            RowParams(
+                params.temperature,
+                params.top_p,
+                make_generator(params.seed),
+                params.top_logprobs,
+            ),
         )
         with self._cv:
             if not self.alive:
@@ -288,6 +308,7 @@ class Engine:
     def _apply_update(self, update: _Update) -> None:
         t0 = time.monotonic()
         apply_weights(self.model, update.staged)
+        self._kv.invalidate()
         aborted = 0
         if update.abort:
             aborted = len(self._running)
@@ -301,29 +322,34 @@ class Engine:
     def _prefill(self, seqs: list[_Seq]) -> None:
         for seq in seqs:
             seq.version_start = self.policy_version
-        logits = self._kv.prefill([s.prompt_ids for s in seqs])
+        self._routing.start()
+        logits, cached = self._kv.prefill([s.prompt_ids for s in seqs])
+        self._routing.after_prefill([s.id for s in seqs], [len(s.prompt_ids) for s in seqs], cached)
+        for seq, n in zip(seqs, cached, strict=True):
+            seq.cached_tokens = n
+            self.counters.prefix_queries += len(seq.prompt_ids)
+            self.counters.prefix_hits += n
         self._running += seqs
-        finished = {len(self._running) - len(seqs) + i for i in self._emit(seqs, logits)}
+        out = sample(logits, [s.row for s in seqs])
+        finished = {len(self._running) - len(seqs) + i for i in self._emit(seqs, out)}
         self._keep([i for i in range(len(self._running)) if i not in finished])
 
     def _decode_step(self) -> None:
-        logits = self._kv.decode([s.token_ids[-1] for s in self._running])
+        running = self._running
+        self._routing.start()
+        out = self._kv.decode([s.token_ids[-1] for s in running], [s.row for s in running])
+        self._routing.after_decode([s.id for s in running])
         self.counters.decode_steps += 1
         self.counters.decode_rows += len(self._running)
-        finished = self._emit(self._running, logits)
+        finished = self._emit(self._running, out)
         self._keep([i for i in range(len(self._running)) if i not in finished])
 
     def _keep(self, rows: list[int]) -> None:
         self._kv.keep(rows)
         self._running = [self._running[i] for i in rows]
 
-    def _emit(self, seqs: list[_Seq], logits: torch.Tensor) -> set[int]:
-        """Sample and record one token per sequence; finish those that end. Returns their rows."""
-        rows = [
-            RowParams(s.params.temperature, s.params.top_p, s.generator, s.params.top_logprobs)
-            for s in seqs
-        ]
-        out = sample(logits, rows)
+    def _emit(self, seqs: list[_Seq], out: Sampled) -> set[int]:
+        """Record one sampled token per sequence; finish those that end. Returns their rows."""
         self.counters.generation_tokens += len(seqs)
         finished: set[int] = set()
         for i, seq in enumerate(seqs):
@@ -364,6 +390,8 @@ class Engine:
             start,
             self.policy_version,
             len(seq.prompt_ids),
+            seq.cached_tokens,
+            self._routing.pop(seq.id),
         )
         self._call(seq.on_done, result)
 

@@ -2,8 +2,9 @@
 
 Where vLLM has the same quantity we use its metric name (`vllm:num_requests_running`,
 `vllm:num_requests_waiting`, `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`,
-`vllm:request_success_total{finished_reason=...}`) so one scraper reads both servers; the rest
-are `swefleet:` names.
+`vllm:request_success_total{finished_reason=...}`, `vllm:prefix_cache_queries_total` and
+`vllm:prefix_cache_hits_total` in tokens, as vLLM 0.26.0's `vllm/v1/metrics/loggers.py`) so one
+scraper reads both servers; the rest are `swefleet:` names.
 """
 
 from __future__ import annotations
@@ -46,6 +47,18 @@ def render(engine: Engine, model_name: str) -> str:
             "counter",
             "Tokens generated.",
             [(lab, c.generation_tokens)],
+        ),
+        _line(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            [(lab, c.prefix_queries)],
+        ),
+        _line(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            [(lab, c.prefix_hits)],
         ),
         _line(
             "vllm:request_success_total",

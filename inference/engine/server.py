@@ -32,12 +32,14 @@ from inference.wire import (
     CompletionRequest,
     CompletionResponse,
     HealthResponse,
+    PromptTokensDetails,
     TokenizeRequest,
     TokenizeResponse,
     UpdateWeightsRequest,
     UpdateWeightsResponse,
     Usage,
 )
+from swefleet.routed_experts import encode as encode_routed
 
 log = logging.getLogger("inference.engine.server")
 
@@ -173,6 +175,7 @@ class Handlers:
             stop_reason=r.stop_reason,
             token_ids=r.token_ids,
             prompt_token_ids=prompt_ids if body.return_token_ids else None,
+            routed_experts=None if r.routed_experts is None else encode_routed(r.routed_experts),
         )
         n_out = len(r.token_ids)
         return CompletionResponse(
@@ -182,6 +185,7 @@ class Handlers:
                 prompt_tokens=r.prompt_len,
                 completion_tokens=n_out,
                 total_tokens=r.prompt_len + n_out,
+                prompt_tokens_details=PromptTokensDetails(cached_tokens=r.cached_tokens),
             ),
             policy_version=r.policy_version,
             policy_version_final=r.policy_version_final,
@@ -294,6 +298,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--kv-capacity", type=int, default=0, help="static cache tokens per slot; 0: auto"
     )
     p.add_argument("--no-cuda-graphs", action="store_true", help="static cache, eager decode")
+    p.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="static cache: do not reuse a finished request's K/V for a later prompt's prefix",
+    )
+    p.add_argument(
+        "--no-routed-experts",
+        action="store_true",
+        help="MoE models: do not return routed experts (returned by default, vLLM's format)",
+    )
     p.add_argument("--served-model-name", default="")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
@@ -321,6 +335,8 @@ def main(argv: list[str] | None = None) -> None:
         kv_mode=args.kv_mode,
         kv_capacity=args.kv_capacity,
         cuda_graphs=not args.no_cuda_graphs,
+        prefix_cache=not args.no_prefix_cache,
+        routed_experts=not args.no_routed_experts,
     )
     loaded.max_model_len = engine.max_model_len
     engine.start()

@@ -71,7 +71,12 @@ def test_token_ids_and_logprobs_match_reference_forward(http, ref_model):
     ids, lps = choice["token_ids"], choice["logprobs"]["token_logprobs"]
     assert len(ids) == len(lps) == 16 and choice["finish_reason"] == "length"
     assert choice["prompt_token_ids"] == PROMPT
-    assert data["usage"] == {"prompt_tokens": 6, "completion_tokens": 16, "total_tokens": 22}
+    assert data["usage"] == {
+        "prompt_tokens": 6,
+        "completion_tokens": 16,
+        "total_tokens": 22,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert data["policy_version"] == 0
     ref = reference_logprobs(ref_model, PROMPT, ids)
     assert max(abs(a - b) for a, b in zip(lps, ref, strict=True)) < 1e-4
@@ -127,6 +132,31 @@ async def test_concurrent_requests_are_batched_and_match_single(server, http):
         before, "swefleet:decode_steps_total"
     )
     assert rows / steps > 2  # several sequences per decode step
+
+
+def test_prefix_cache_over_http(model_dir, ref_model, tmp_path):
+    """Static KV cache: the second turn of a conversation reuses the first turn's K/V; the
+    response says how many prompt tokens were cached and /metrics counts them as vLLM does."""
+    log = tmp_path / "static.log"
+    with (
+        start_embedded_server(
+            model_dir, log_path=log, threads=1, max_batch_size=4, kv_mode="static", kv_capacity=512
+        ) as handle,
+        httpx.Client(base_url=handle.url, trust_env=False, timeout=60) as http,
+    ):
+        body = {"max_tokens": 8, "temperature": 0, "ignore_eos": True, "logprobs": 0}
+        first = complete(http, prompt=PROMPT, **body)
+        turn2 = PROMPT + first["choices"][0]["token_ids"] + [3, 4]
+        second = complete(http, prompt=turn2, **body)
+        assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+        assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": 6 + 7}
+        choice = second["choices"][0]
+        ref = reference_logprobs(ref_model, turn2, choice["token_ids"])
+        lps = choice["logprobs"]["token_logprobs"]
+        assert max(abs(a - b) for a, b in zip(lps, ref, strict=True)) < 1e-4
+        text = http.get("/metrics").text
+        assert metric(text, "vllm:prefix_cache_queries_total") == 6 + len(turn2)
+        assert metric(text, "vllm:prefix_cache_hits_total") == 13
 
 
 def test_health_and_metrics(http):
