@@ -13,9 +13,18 @@ loaded as fp32 master weights), train on one packed batch of `batch` samples of 
   parallelize_fn) and `trainer.step.train_step` (varlen packing on CUDA, chunked fp32
   log-softmax lm_head, DAPO, clip, AdamW). Options per variant: `ac=none|selective|full`,
   `compile=0|1`, `mb=<micro-batch tokens>`, `chunk=<lm_head rows per chunk>`,
-  `attn=varlen|sdpa` (sdpa: one row per sample; torchtitan prefers cuDNN attention there).
+  `attn=varlen|flex|sdpa` (packed FlashAttention-2 / FlexAttention; sdpa: one row per
+  sample, torchtitan prefers cuDNN attention there), `fp8=tensorwise|rowwise|
+  rowwise_with_gw_hp` with `fp8filter=auto|all` (torchao float8 linears), `head=bfloat16|
+  float32` (lm_head matmul precision).
 - `hf`: `AutoModelForCausalLM` (sdpa attention), full logits -> fp32 log_softmax -> the same
   loss. Option `ckpt=1`: gradient checkpointing.
+
+`--long 32768,65536,131072` (long-context mode): one sample of each length in turn (shortest
+first) through one `ours` variant (`--long-variant`, default full activation checkpointing +
+compile), in one process; reports tokens/s and peak memory per length and the longest that
+trained without running out of memory (after an OOM with the bf16 lm_head it retries that
+length once with `head=float32`, which keeps no [tokens, vocab] softmax).
 
 Each variant runs `--warmup` steps (excluded: compile, allocator warm-up), then `--steps` timed
 steps; the median step time gives tokens/s. On CUDA each variant runs in its own process (clean
@@ -34,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,14 +80,14 @@ CUDA_VARIANTS = (
 CPU_VARIANTS = "ours,hf"
 
 
-def make_checkpoint(preset: str, out: Path, device: str) -> Path:
+def make_checkpoint(preset: str, out: Path, device: str, max_positions: int = 40960) -> Path:
     """Random-init Qwen3 of `preset` saved as bf16 HF safetensors (seeded)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
         **PRESETS[preset],
-        max_position_embeddings=40960,
+        max_position_embeddings=max_positions,
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
         eos_token_id=2,
@@ -124,7 +134,7 @@ def parse_variant(text: str) -> dict:
     spec = {"kind": kind, "name": text}
     for opt in opts:
         key, _, value = opt.partition("=")
-        if key not in ("ac", "compile", "mb", "chunk", "ckpt", "attn"):
+        if key not in ("ac", "compile", "mb", "chunk", "ckpt", "attn", "fp8", "fp8filter", "head"):
             raise ValueError(f"variant {text!r}: unknown option {key!r}")
         spec[key] = value
     return spec
@@ -143,24 +153,36 @@ def _trainer_config(device: str, spec: dict, total_tokens: int):
         compile=spec.get("compile", "0") == "1",
         micro_batch_tokens=int(spec.get("mb", total_tokens)),
         logprob_chunk_size=int(spec.get("chunk", 4096 if cuda else 256)),
+        float8=spec.get("fp8", "none"),
+        float8_filter=spec.get("fp8filter", "auto"),
+        lm_head_dtype=spec.get("head", "auto"),
     )
 
 
-def _ours(ckpt: Path, arrays: dict, device: str, spec: dict):
+def _build_ours(ckpt: Path, device: str, spec: dict, total_tokens: int):
+    """(policy, optimizer, cfg) of an `ours` variant."""
     import torch
 
-    from trainer.step import build_optimizer, train_step
+    from trainer.step import build_optimizer
     from trainer.titan import load_policy
 
-    cfg = _trainer_config(device, spec, len(arrays["tokens"]))
+    cfg = _trainer_config(device, spec, total_tokens)
     policy = load_policy(
         ckpt,
         torch.device(device),
         cfg.attention,
         activation_checkpointing=cfg.activation_checkpointing,
         compile_blocks=cfg.compile,
+        float8=cfg.float8,
+        float8_filter=cfg.float8_filter,
     )
-    optimizer = build_optimizer(policy, cfg)
+    return policy, build_optimizer(policy, cfg), cfg
+
+
+def _ours(ckpt: Path, arrays: dict, device: str, spec: dict):
+    from trainer.step import train_step
+
+    policy, optimizer, cfg = _build_ours(ckpt, device, spec, len(arrays["tokens"]))
     return lambda: train_step(policy, optimizer, arrays, cfg)["loss"]
 
 
@@ -215,16 +237,10 @@ def _hf(ckpt: Path, arrays: dict, device: str, spec: dict):
     return step
 
 
-def run_variant(ckpt: Path, batch_file: Path, device: str, spec: dict, warmup: int, steps: int):
-    """Build one variant, run warmup + timed steps; returns its measurements."""
+def time_steps(step, device: str, warmup: int, steps: int) -> dict:
+    """Run `step` warmup + steps times; median time of the timed ones, losses, peak memory."""
     import torch
 
-    from swefleet.batch import read_batch
-
-    arrays, _ = read_batch(batch_file)
-    t_build = time.perf_counter()
-    step = (_ours if spec["kind"] == "ours" else _hf)(ckpt, arrays, device, spec)
-    build_s = time.perf_counter() - t_build
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -235,16 +251,11 @@ def run_variant(ckpt: Path, batch_file: Path, device: str, spec: dict, warmup: i
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    timed = times[warmup:]
     result = {
-        "name": spec["name"],
-        "kind": spec["kind"],
-        "step_s": statistics.median(timed),
+        "step_s": statistics.median(times[warmup:]),
         "step_s_all": [round(t, 4) for t in times],
         "first_step_s": times[0],
-        "build_s": build_s,
         "losses": losses,
-        "tokens": len(arrays["tokens"]),
     }
     if device == "cuda":
         result["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -252,11 +263,85 @@ def run_variant(ckpt: Path, batch_file: Path, device: str, spec: dict, warmup: i
     return result
 
 
-def _run_isolated(args, ckpt: Path, batch_file: Path, device: str, spec: dict) -> dict:
+def _sample_lengths(arrays: dict) -> list[int]:
+    return [int(n) for n in arrays["cu_seqlens"][1:] - arrays["cu_seqlens"][:-1]]
+
+
+def run_variant(ckpt: Path, batch_file: Path, device: str, spec: dict, warmup: int, steps: int):
+    """Build one variant, run warmup + timed steps; returns its measurements."""
+    from swefleet.batch import read_batch
+
+    arrays, _ = read_batch(batch_file)
+    t_build = time.perf_counter()
+    step = (_ours if spec["kind"] == "ours" else _hf)(ckpt, arrays, device, spec)
+    build_s = time.perf_counter() - t_build
+    return {
+        "name": spec["name"],
+        "kind": spec["kind"],
+        **time_steps(step, device, warmup, steps),
+        "build_s": build_s,
+        "tokens": len(arrays["tokens"]),
+        "sample_lengths": _sample_lengths(arrays),
+    }
+
+
+def _loss_of_step(policy, optimizer, arrays, cfg) -> float:
+    from trainer.step import train_step
+
+    return train_step(policy, optimizer, arrays, cfg)["loss"]
+
+
+def run_long(ckpt: Path, batch_files: list[Path], device: str, spec: dict, args) -> None:
+    """Long-context mode (in one process): each batch (one sample, shortest first) through one
+    policy; prints one JSON line per length; stops after a length that does not fit."""
+    import gc
+
+    import torch
+
+    from swefleet.batch import read_batch
+
+    longest = max(len(read_batch(f)[0]["tokens"]) for f in batch_files)
+    policy, optimizer, cfg = _build_ours(ckpt, device, spec, longest)
+    deadline = time.time() + args.long_deadline_s if args.long_deadline_s else None
+    for batch_file in batch_files:
+        arrays, _ = read_batch(batch_file)
+        n = len(arrays["tokens"])
+        if deadline and time.time() > deadline:
+            print(json.dumps({"name": spec["name"], "tokens": n, "error": "skipped: time budget spent"}), flush=True)  # fmt: skip
+            continue
+        fitted = False
+        for head in dict.fromkeys([cfg.lm_head_dtype, "float32"]):
+            run_cfg = cfg.model_copy(update={"lm_head_dtype": head})
+            out = {"name": spec["name"], "kind": "ours", "tokens": n, "lm_head_dtype": head,
+                   "sample_lengths": _sample_lengths(arrays)}  # fmt: skip
+            try:
+                step = partial(_loss_of_step, policy, optimizer, arrays, run_cfg)
+                out.update(time_steps(step, device, args.warmup, args.steps))
+                fitted = True
+            except torch.OutOfMemoryError as e:
+                out["error"] = f"out of memory: {str(e).splitlines()[0][:300]}"
+                out["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            optimizer.zero_grad(set_to_none=True)
+            gc.collect()
+            torch.cuda.empty_cache()
+            print(json.dumps(out), flush=True)
+            if fitted:
+                break
+        if not fitted:
+            return
+
+
+def _run_isolated(args, ckpt: Path, batch_file: Path, device: str, spec: dict, left_s) -> dict:
+    """One variant in its own process; with a time budget it may run `left_s` + 60 s."""
     cmd = [sys.executable, __file__, "--worker", json.dumps(spec), "--ckpt", str(ckpt)]
     cmd += ["--batch-file", str(batch_file), "--device", device]
     cmd += ["--warmup", str(args.warmup), "--steps", str(args.steps)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    timeout = None if left_s is None else max(left_s, 0) + 60
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"variant {spec['name']} timed out after {timeout:.0f} s", file=sys.stderr)
+        return {"name": spec["name"], "kind": spec["kind"], "error": f"timed out ({timeout:.0f} s)"}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stdout + proc.stderr)[-3000:]
@@ -273,11 +358,11 @@ def summarise(results: list[dict], hf: dict, seq_len: int, device_name: str) -> 
     for r in results:
         if "error" in r:
             continue
-        lengths = [seq_len] * (r["tokens"] // seq_len)
+        lengths = r.get("sample_lengths") or [seq_len] * (r["tokens"] // seq_len)
         r["tokens_per_s"] = r["tokens"] / r["step_s"]
         r["tflops"] = step_flops(hf, lengths) / r["step_s"] / 1e12
         r["mfu"] = r["tflops"] * 1e12 / peak if peak else None
-        titan = titan_step_flops(hf, lengths, seq_len) / r["step_s"]
+        titan = titan_step_flops(hf, lengths, max(lengths)) / r["step_s"]
         r["titan_mfu"] = titan / peak if peak else None
 
 
@@ -340,13 +425,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="one process per variant (auto: on cuda)")  # fmt: skip
     p.add_argument("--time-budget-s", type=float, default=None,
                    help="skip the remaining variants once this much time has passed")  # fmt: skip
+    p.add_argument("--long", help="long-context mode: comma list of sample lengths (e.g. 32768,65536,131072)")  # fmt: skip
+    p.add_argument("--long-variant", default="ours:ac=full:compile=1",
+                   help="the `ours` variant of the long-context mode")  # fmt: skip
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--long-worker", help=argparse.SUPPRESS)
+    p.add_argument("--long-deadline-s", type=float, help=argparse.SUPPRESS)
     p.add_argument("--ckpt", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--batch-file", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     import torch
 
+    if args.long_worker:  # long-context mode, in its own process
+        files = [Path(f) for f in json.loads(args.long_worker)]
+        run_long(args.ckpt, files, args.device, parse_variant(args.long_variant), args)
+        return 0
     if args.worker:  # one variant in this process (the parent isolates variants this way)
         result = run_variant(
             args.ckpt,
@@ -368,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     isolate = args.isolate == "yes" or (args.isolate == "auto" and device == "cuda")
     device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     hf_shape = dict(PRESETS[args.preset])
+    if args.long:
+        return main_long(args, device, device_name, hf_shape)
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="swefleet-bench-") as tmp:
         ckpt = make_checkpoint(args.preset, Path(tmp) / "model", device)
@@ -379,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
                 results.append({**spec, "error": "skipped: time budget spent"})
                 continue
             if isolate:
-                r = _run_isolated(args, ckpt, batch_file, device, spec)
+                left = args.time_budget_s and args.time_budget_s - (time.perf_counter() - t_start)
+                r = _run_isolated(args, ckpt, batch_file, device, spec, left or None)
             else:
                 r = run_variant(ckpt, batch_file, device, spec, args.warmup, args.steps)
             results.append(r)
@@ -387,6 +484,53 @@ def main(argv: list[str] | None = None) -> int:
     summarise(results, hf_shape, seq_len, device_name)
     print_table(results)
     print(json.dumps(headline(results, args.preset, seq_len, batch, device_name)))
+    return 0
+
+
+def main_long(args, device: str, device_name: str, hf_shape: dict) -> int:
+    """Long-context mode: checkpoint + one batch per length, one worker process for all."""
+    lengths = sorted(int(x) for x in args.long.split(","))
+    spec = parse_variant(args.long_variant)
+    if spec["kind"] != "ours":
+        raise ValueError("--long-variant must be an `ours` variant")
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="swefleet-bench-") as tmp:
+        ckpt = make_checkpoint(args.preset, Path(tmp) / "model", device, max(40960, lengths[-1]))
+        files = [
+            str(make_batch(Path(tmp) / f"long_{n}.npz", hf_shape["vocab_size"], n, 1))
+            for n in lengths
+        ]
+        print(f"{args.preset} checkpoint + {len(files)} batches in {time.perf_counter() - t_start:.1f} s on {device_name}", flush=True)  # fmt: skip
+        cmd = [sys.executable, __file__, "--long-worker", json.dumps(files), "--ckpt", str(ckpt)]
+        cmd += ["--device", device, "--warmup", str(args.warmup), "--steps", str(args.steps)]
+        cmd += ["--long-variant", args.long_variant, "--preset", args.preset]
+        if args.time_budget_s:
+            cmd += ["--long-deadline-s", str(args.time_budget_s - (time.perf_counter() - t_start))]
+        results = []
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
+            for line in proc.stdout:  # echo as it comes: a killed run still shows its lengths
+                print(f"  {line.rstrip()}", flush=True)
+                if line.startswith("{"):
+                    results.append(json.loads(line))
+        if proc.returncode != 0:
+            print(f"long-context worker exit {proc.returncode}", file=sys.stderr)
+    summarise(results, hf_shape, lengths[-1], device_name)
+    for r in results:
+        r["name"] = f"{r['tokens']} tokens, head {r.get('lm_head_dtype', '-')}"
+    print_table(results)
+    fitted = [r for r in results if "error" not in r]
+    best = max(fitted, key=lambda r: r["tokens"], default=None)
+    keys = ("tokens", "lm_head_dtype", "tokens_per_s", "mfu", "step_s", "peak_mem_gib", "error")
+    print(json.dumps({
+        "longest_tokens": best["tokens"] if best else None,
+        "tokens_per_s": best["tokens_per_s"] if best else None,
+        "mfu": best["mfu"] if best else None,
+        "peak_mem_gib": best.get("peak_mem_gib") if best else None,
+        "device": device_name,
+        "model": args.preset,
+        "variant": args.long_variant,
+        "lengths": [{k: r.get(k) for k in keys} for r in results],
+    }))  # fmt: skip
     return 0
 
 

@@ -46,9 +46,13 @@ class TrainerConfig(BaseModel):
     for `varlen`). A single longer sample still forms its own micro-batch."""
     device: Literal["cpu", "cuda", "auto"] = "auto"
     """Where to train; `auto` picks cuda when available."""
-    attention: Literal["auto", "sdpa", "varlen"] = "auto"
-    """Attention kernel. `sdpa`: samples as right-padded causal rows (CPU). `varlen`: samples
-    packed into one row with boundaries from cu_seqlens (CUDA, needs bf16). `auto`: varlen on
+    attention: Literal["auto", "sdpa", "varlen", "flex"] = "auto"
+    """Attention kernel. Masks always come from the samples' lengths (cu_seqlens), never EOS.
+    `sdpa`: each sample its own causal row, right-padded to the longest of its micro-batch
+    (CPU; on CUDA torchtitan's SDPA prefers cuDNN: fastest when samples have similar lengths).
+    The packed kernels put a micro-batch's samples into one row (CUDA, bf16): `varlen` torch's
+    FlashAttention-2 varlen (measured, the default); `flex` FlexAttention with a
+    document-causal block mask (experimental: not yet measured on the H200). `auto`: varlen on
     cuda, sdpa on cpu."""
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     """Autocast dtype of the forward (master weights and optimizer state stay fp32)."""
@@ -58,6 +62,20 @@ class TrainerConfig(BaseModel):
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     """Recompute activations in backward, per transformer block (torchtitan's `apply_ac`):
     `selective` saves matmul/attention outputs (op-level SAC), `full` saves only block inputs."""
+    float8: Literal["none", "tensorwise", "rowwise", "rowwise_with_gw_hp"] = "none"
+    """float8 training of the transformer blocks' linears (torchao through torchtitan's
+    converter; CUDA with SM >= 89, best with `compile`). `tensorwise`: one dynamic scale per
+    tensor (fastest); `rowwise`: one per row (more accurate); `rowwise_with_gw_hp`: rowwise with
+    the weight gradient in bf16. Master weights, optimizer state, norms, attention and the
+    lm_head stay as they are. `none`: bf16 autocast only."""
+    float8_filter: Literal["auto", "all"] = "auto"
+    """Which linears go float8: `auto` skips those too small to gain (torchao's size heuristic
+    per recipe; not for rowwise_with_gw_hp), `all` converts every linear whose dims are
+    multiples of 16 (MoE routers never)."""
+    profile_moe: bool = False
+    """Time each MoE layer's forward phases (route, dispatch, experts, combine) every step
+    (`moe/...` metrics, `trainer/moe_profile.py`). Breaks compiled graphs at the hooks: for
+    diagnosis, not for throughput runs. No effect on dense models."""
     compile: bool = False
     """torch.compile each transformer block (torchtitan's `apply_compile`; the first step pays
     the compile time, a new batch shape may recompile once before shapes go dynamic)."""

@@ -3,7 +3,8 @@
 A step's samples are cut into micro-batches of whole samples. Attention never crosses a sample:
 - `sdpa`: each sample is its own causal row, right-padded to the longest in the micro-batch
   (padding comes after every real token, so causal attention never sees it);
-- `varlen`: samples are packed into one row; the kernel gets the boundaries from `cu_seqlens`
+- packed (`varlen`, `flex`): samples are packed into one row; the kernel gets the
+  boundaries from `cu_seqlens` (varlen metadata, or a FlexAttention document-causal block mask)
   and RoPE gets the per-sample `positions`.
 Only rows that predict a trained token (loss_mask[t] -> hidden row of token t-1, same sample)
 go through the chunked lm_head. An optional batch array `routed_experts [T, moe_layers, top_k]`
@@ -28,7 +29,7 @@ class MicroBatch:
     """Device tensors for one forward/backward."""
 
     tokens: torch.Tensor
-    """[B, L] (sdpa: one padded row per sample) or [1, T] (varlen: packed)."""
+    """[B, L] (sdpa: one padded row per sample) or [1, T] (packed kernels)."""
     positions: torch.Tensor | None
     attention_masks: Any
     pred_rows: torch.Tensor
@@ -102,13 +103,13 @@ def build_micro_batch(
         grid[rows] = tokens
         tok = torch.from_numpy(grid.reshape(len(lengths), width))
         positions, masks = None, None
-    elif attention == "varlen":
+    elif attention in titan.PACKED_ATTENTIONS:
         rows = np.arange(t1 - t0)
         tok = torch.from_numpy(tokens).unsqueeze(0)
         positions = torch.from_numpy(arrays["positions"][t0:t1].astype(np.int64)).unsqueeze(0)
         positions = positions.to(device)
         cu_t = torch.from_numpy(local_cu.astype(np.int32)).to(device)
-        masks = titan.varlen_metadata(cu_t, int(lengths.max()))
+        masks = titan.packed_attention_masks(attention, cu_t, int(lengths.max()), t1 - t0)
     else:
         raise ValueError(f"unknown attention {attention!r}")
     trained = np.flatnonzero(arrays["loss_mask"][t0:t1])

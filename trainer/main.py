@@ -107,8 +107,13 @@ def resolve_runtime(cfg: TrainerConfig) -> tuple[str, str]:
     attention = cfg.attention
     if attention == "auto":
         attention = "varlen" if device == "cuda" and cfg.compute_dtype == "bfloat16" else "sdpa"
-    if attention == "varlen" and (device != "cuda" or cfg.compute_dtype != "bfloat16"):
-        raise ValueError("attention='varlen' needs device='cuda' and compute_dtype='bfloat16'")
+    from trainer.titan import PACKED_ATTENTIONS
+
+    if attention in PACKED_ATTENTIONS and device != "cuda":
+        raise ValueError(f"attention={attention!r} packs samples with a CUDA kernel: needs "
+                         "device='cuda' (use 'sdpa' on CPU)")
+    if attention == "varlen" and cfg.compute_dtype != "bfloat16":
+        raise ValueError("attention='varlen' (FlashAttention-2) needs compute_dtype='bfloat16'")
     return device, attention
 
 
@@ -155,8 +160,20 @@ def build_trainer(job: TrainerJob, source: Path, device: str, attention: str, wo
         compile_blocks=cfg.compile,
         dp_size=world,
         fsdp_param_dtype=torch.bfloat16 if cfg.compute_dtype == "bfloat16" else torch.float32,
+        float8=cfg.float8,
+        float8_filter=cfg.float8_filter,
     )
     return policy, build_optimizer(policy, cfg)
+
+
+def _moe_timer(policy, cfg):
+    """Per-layer MoE phase timing when `profile_moe` is on and the model has MoE layers."""
+    if not cfg.profile_moe:
+        return None
+    from trainer.moe_profile import MoEPhaseTimer
+
+    timer = MoEPhaseTimer(policy.model)
+    return timer if timer.layers else None
 
 
 def clean_leftovers(job: TrainerJob, rank: int) -> None:
@@ -254,6 +271,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     clean_leftovers(job, rank)
     ckpt, source, step = resume_point(job)
     policy, optimizer = build_trainer(job, source, device, attention, world)
+    moe_timer = _moe_timer(policy, cfg)
     if ckpt is not None:
         from trainer.checkpoint import load_checkpoint
 
@@ -286,6 +304,8 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.monotonic()
         metrics = train_step(policy, optimizer, arrays, cfg)
+        if moe_timer is not None:
+            metrics.update(moe_timer.take())
         if device == "cuda":
             torch.cuda.synchronize()
         step_s = time.monotonic() - t0

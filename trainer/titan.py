@@ -1,12 +1,21 @@
 """The one module that touches torchtitan (0.2.2: `TrainSpec`, `Qwen3ModelArgs`,
-`Qwen3StateDictAdapter`, `VarlenMetadata`). A move to torchtitan >= 0.3 (`ModelSpec`,
-`Configurable`) rewrites this file only; the rest of `trainer/` sees:
+`Qwen3StateDictAdapter`, `VarlenMetadata`, `FlexAttentionWrapper`, the float8 converter). A move
+to torchtitan >= 0.3 (`ModelSpec`, `Configurable`) rewrites this file only; the rest of
+`trainer/` sees:
 
 - `load_policy(ckpt_dir, device, attention, ...) -> Policy` (model + HF mapping + source dtype;
-  activation checkpointing, per-block compile and FSDP2 through torchtitan's `parallelize_fn`),
+  float8 linears, activation checkpointing, per-block compile and FSDP2 through torchtitan's
+  converter and `parallelize_fn`),
+- `packed_attention_masks(attention, cu_seqlens, max_len, n_tokens)` (what the packed kernels
+  take: varlen metadata or a FlexAttention block mask, both from the sample boundaries),
 - `policy_logprobs(policy, tokens, positions, masks, rows, targets, ...)` (the forward, with the
   lm_head replaced by a chunked log-prob head applied to the trained rows only),
 - `full_state_dict(policy)` / `hf_state_dict(policy)` (full tensors of the current weights).
+
+Attention kernels (`ATTENTIONS`): `sdpa` (one padded causal row per sample; torchtitan's SDPA
+wrapper prefers cuDNN), and two packed ones where samples share one row and the boundaries come
+from cu_seqlens: `varlen` (torch's FlashAttention-2 varlen) and `flex` (FlexAttention with a
+document-causal block mask, `trainer.attention`).
 
 Models: Qwen3 dense (`model_type == "qwen3"`) and Qwen3-MoE (`qwen3_moe`, routers swapped for
 `trainer.router_replay.ReplayRouter`). Model args come from the checkpoint's config.json;
@@ -25,6 +34,10 @@ import torch
 from torch import nn
 
 TRAIN_SPEC = "qwen3"
+ATTENTIONS = ("sdpa", "varlen", "flex")
+PACKED_ATTENTIONS = ("varlen", "flex")
+"""Kernels that take all samples of a micro-batch packed into one row."""
+FLOAT8_RECIPES = ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp")
 
 
 @dataclass
@@ -40,7 +53,8 @@ class Policy:
     source_dtype: torch.dtype
     """dtype of the checkpoint's tensors; exports use it too."""
     attention: str
-    """`sdpa` (samples as padded causal rows) or `varlen` (packed, boundaries from cu_seqlens)."""
+    """`sdpa` (samples as padded causal rows) or a packed kernel (`varlen`, `flex`: one row,
+    boundaries from cu_seqlens)."""
     dp_size: int = 1
     """FSDP degree (ranks sharding the parameters); 1 = plain module on one device."""
 
@@ -107,9 +121,11 @@ def model_args_from_hf(hf: dict, attention: str, device_type: str = "cpu") -> An
     args.moe_enabled = model_type == "qwen3_moe"
     if args.moe_enabled:
         _moe_args(args, hf, device_type)
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention {attention!r}: one of {ATTENTIONS}")
     args.attn_type = attention
     # cu_seqlens-based masks are built here, never torchtitan's EOS-based document masks.
-    args.attn_mask_type = "block_causal" if attention == "varlen" else "causal"
+    args.attn_mask_type = "block_causal" if attention in PACKED_ATTENTIONS else "causal"
     return args
 
 
@@ -154,14 +170,19 @@ def load_policy(
     compile_blocks: bool = False,
     dp_size: int = 1,
     fsdp_param_dtype: torch.dtype = torch.float32,
+    float8: str = "none",
+    float8_filter: str = "auto",
 ) -> Policy:
     """Build the torchtitan Qwen3 on `meta`, materialise it on `device` in fp32, load the HF
-    weights (strict: every parameter must come from the checkpoint), then apply torchtitan's
-    `parallelize_fn`: activation checkpointing (`none|selective|full`; selective = op-level),
-    per-block `torch.compile`, and FSDP2 over `dp_size` ranks (needs an initialised process
-    group of that size; FSDP computes in `fsdp_param_dtype`, reduces in fp32, sums gradients)."""
+    weights (strict: every parameter must come from the checkpoint), swap the block linears
+    for torchao float8 ones when `float8 != "none"` (see `convert_float8`), then apply
+    torchtitan's `parallelize_fn`: activation checkpointing (`none|selective|full`; selective =
+    op-level), per-block `torch.compile`, and FSDP2 over `dp_size` ranks (needs an initialised
+    process group of that size; FSDP computes in `fsdp_param_dtype`, reduces in fp32, sums
+    gradients)."""
     from torchtitan.protocols.train_spec import get_train_spec
 
+    check_attention(attention, device)
     ckpt_dir = Path(ckpt_dir)
     hf = json.loads((ckpt_dir / "config.json").read_text())
     args = model_args_from_hf(hf, attention, device.type)
@@ -186,11 +207,82 @@ def load_policy(
     state = adapter.from_hf({k: v for k, v in hf_tensors.items() if "rotary_emb" not in k})
     model.load_state_dict(state, strict=True)
     del hf_tensors, state
+    _install_attention(model, attention)
+    if float8 != "none":
+        convert_float8(model, float8, float8_filter, device, compile_blocks, dp_size)
     if activation_checkpointing != "none" or compile_blocks or dp_size > 1:
         _parallelize(
             spec, model, device, activation_checkpointing, compile_blocks, dp_size, fsdp_param_dtype
         )
     return Policy(model, adapter, hf, ckpt_dir, source_dtype, attention, dp_size)
+
+
+def check_attention(attention: str, device: torch.device) -> None:
+    """Packed kernels need CUDA (FlexAttention has no CPU backward; varlen is a GPU kernel)."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention {attention!r}: one of {ATTENTIONS}")
+    if attention in PACKED_ATTENTIONS and device.type != "cuda":
+        raise ValueError(f"attention={attention!r} needs a CUDA device (use sdpa on {device})")
+
+
+def _install_attention(model: nn.Module, attention: str) -> None:
+    """flex: compile flex_attention once without max-autotune (torchtitan's default autotunes
+    for minutes and can exceed shared memory on the H200); inside a compiled block the block's
+    compile applies anyway."""
+    if attention == "flex":
+        from torch.nn.attention.flex_attention import flex_attention
+        from torchtitan.models.attention import FlexAttentionWrapper
+
+        if not getattr(FlexAttentionWrapper, "_swefleet_plain", False):
+            FlexAttentionWrapper._compiled_flex_attn = torch.compile(flex_attention, dynamic=False)
+            FlexAttentionWrapper._swefleet_plain = True
+
+
+def convert_float8(
+    model: nn.Module,
+    recipe: str,
+    filter_mode: str,
+    device: torch.device,
+    compile_blocks: bool,
+    dp_size: int,
+) -> int:
+    """Swap the transformer blocks' `nn.Linear`s for torchao `Float8Linear`s (torchtitan's
+    float8 converter; same `weight` parameters, so state dicts and the HF mapping are
+    unchanged; the chunked lm_head is no `nn.Linear` and stays bf16). `recipe`: `tensorwise`
+    (one scale per tensor), `rowwise` (one per row; more accurate, slower casts) or
+    `rowwise_with_gw_hp` (rowwise, weight gradient in high precision). `filter_mode`: `auto`
+    skips linears too small to gain (torchao's H100 size heuristic for the recipe), `all`
+    converts every linear whose dims are multiples of 16. On CPU tensorwise is emulated (tests
+    only; no compile). Returns the number of converted linears."""
+    from torchtitan.components.quantization.float8 import Float8LinearConverter
+    from torchtitan.config import JobConfig
+    from torchtitan.distributed import ParallelDims
+
+    if recipe not in FLOAT8_RECIPES or recipe == "none":
+        raise ValueError(f"float8 recipe {recipe!r}: one of {FLOAT8_RECIPES[1:]}")
+    if filter_mode not in ("auto", "all"):
+        raise ValueError(f"float8 filter {filter_mode!r}: auto or all")
+    if device.type != "cuda" and (recipe != "tensorwise" or compile_blocks):
+        raise ValueError("float8 on CPU: only the emulated tensorwise recipe, without compile")
+    if recipe == "rowwise_with_gw_hp" and filter_mode == "auto":
+        raise ValueError("torchao has no auto filter for rowwise_with_gw_hp: use filter 'all'")
+    job = JobConfig()
+    fp8 = job.quantize.linear.float8
+    fp8.recipe_name = None if recipe == "tensorwise" else recipe
+    fp8.emulate = device.type != "cuda"
+    # MoE routers stay in high precision (their top-k decides the routing)
+    fp8.filter_fqns = ["router"] + (["auto_filter_small_kn"] if filter_mode == "auto" else [])
+    job.compile.enable = compile_blocks
+    job.compile.components = ["model"]
+    dims = ParallelDims(
+        dp_replicate=1, dp_shard=dp_size, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=dp_size
+    )
+    converter = Float8LinearConverter(job, dims)
+    if not getattr(converter, "enabled", False):
+        raise RuntimeError("torchao is too old for float8 recipes (needs torchao >= 0.9)")
+    before = sum(type(m) is nn.Linear for m in model.layers.modules())
+    converter.convert(model.layers)
+    return before - sum(type(m) is nn.Linear for m in model.layers.modules())
 
 
 def _parallelize(
@@ -261,6 +353,21 @@ def varlen_metadata(cu_seqlens: torch.Tensor, max_len: int) -> Any:
 
     cu = cu_seqlens.to(torch.int32)
     return VarlenMetadata(cu_seq_q=cu, cu_seq_k=cu, max_q=max_len, max_k=max_len)
+
+
+def packed_attention_masks(
+    attention: str, cu_seqlens: torch.Tensor, max_len: int, n_tokens: int
+) -> Any:
+    """What the packed kernel `attention` takes for samples packed into one row of `n_tokens`
+    with boundaries `cu_seqlens` (int, on the model's device): varlen metadata (`varlen`) or a
+    document-causal FlexAttention block mask (`flex`)."""
+    if attention == "flex":
+        from trainer.attention import document_block_mask
+
+        return document_block_mask(cu_seqlens.to(torch.int32), n_tokens)
+    if attention == "varlen":
+        return varlen_metadata(cu_seqlens, max_len)
+    raise ValueError(f"attention {attention!r} is not a packed kernel")
 
 
 def policy_logprobs(
