@@ -3,11 +3,14 @@
     python benchmarks/sandbox.py [--commands 300] [--baseline-commands 40] [--acquires 5]
                                  [--concurrent 32] [--image swefleet-base:bookworm]
 
-- exec: `true` in the persistent session of a `DockerSandbox` (one socket write, one framed
-  reply; no `docker exec`), p50/p99 of the round trip seen by the caller;
-- baseline: one `docker exec -w /testbed <id> bash -lc true` per command, the way
-  mini-swe-agent's `DockerEnvironment.execute` runs actions (its class is used when
-  `minisweagent` is importable, otherwise the same CLI call);
+- exec: commands in the persistent session of a `DockerSandbox` (one socket write, one framed
+  reply; no `docker exec`), p50/p99 of the round trip seen by the caller, back to back:
+  `true` (the headline `exec_*` figures), `echo`, `cat` of a 1 MB file (its output is capped
+  to head+tail by the session) and `cd /testbed` (a command that may change the shell's state,
+  so its job dumps the state: the slow path);
+- baseline: the same commands through mini-swe-agent's `DockerEnvironment` (`pip install
+  mini-swe-agent`): one `docker exec -w /testbed <id> bash -lc CMD` per command. Without the
+  package, the same CLI call is made (`baseline` in the JSON says which ran);
 - acquire: `farm.acquire(task)` until the sandbox is usable, with the warm pool off (cold) and
   on (warm: the pool refilled between acquires);
 - concurrent: `--concurrent` sessions acquired at once, each running 20 commands that check
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -48,16 +52,29 @@ def _task(image: str) -> Task:
     return Task(instance_id="bench-1", repo="bench/bench", problem_statement="-", image=image)
 
 
-async def bench_exec(farm: DockerFarm, task: Task, n: int) -> list[float]:
+#: name -> command; the 1 MB file is written by `SETUP` in both sandboxes.
+COMMANDS = {
+    "true": "true",
+    "echo": "echo hello",
+    "cat_1mb": "cat /tmp/bench-1mb.txt",
+    "cd": "cd /testbed",
+}
+SETUP = "head -c 750000 /dev/urandom | base64 > /tmp/bench-1mb.txt"
+
+
+async def bench_exec(farm: DockerFarm, task: Task, n: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {}
     async with farm.acquire(task) as sb:
-        for _ in range(20):  # warm-up
-            await sb.run("true")
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            r = await sb.run("true")
-            times.append(time.perf_counter() - t0)
-            assert r.exit_code == 0
+        assert (await sb.run(SETUP)).exit_code == 0
+        for name, command in COMMANDS.items():
+            for _ in range(20):  # warm-up
+                await sb.run(command)
+            times[name] = []
+            for _ in range(n if name == "true" else max(n // 3, 20)):
+                t0 = time.perf_counter()
+                r = await sb.run(command)
+                times[name].append(time.perf_counter() - t0)
+                assert r.exit_code == 0, r
     return times
 
 
@@ -66,44 +83,51 @@ class _DockerExecPerCommand:
 
     def __init__(self, image: str, run_id: str) -> None:
         run_args = ["--rm", "--network", "none", "--label", f"swefleet.run={run_id}"]
+        os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
         try:
+            import minisweagent
             from minisweagent.environments.docker import DockerEnvironment
-
-            self.env = DockerEnvironment(image=image, cwd="/testbed", run_args=run_args)
         except ImportError:
-            self.env = None
+            self.env, self.name = None, "docker exec CLI (mini-swe-agent not installed)"
             self.cid = subprocess.run(
                 ["docker", "run", "-d", *run_args, image, "sleep", "900"],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout.strip()
+        else:
+            self.env = DockerEnvironment(image=image, cwd="/testbed", run_args=run_args)
+            self.name = f"mini-swe-agent {minisweagent.__version__} DockerEnvironment"
+            self.cid = self.env.container_id
 
     def execute(self, command: str) -> None:
         if self.env is not None:
-            self.env.execute(command)
+            out = self.env.execute({"command": command})
+            assert out["returncode"] == 0, out
             return
         argv = ["docker", "exec", "-w", "/testbed", self.cid, "bash", "-lc", command]
         subprocess.run(argv, capture_output=True, timeout=30, check=True)
 
     def cleanup(self) -> None:
+        subprocess.run(["docker", "rm", "-f", self.cid], capture_output=True, check=False)
         if self.env is not None:
-            self.env.cleanup()
-        else:
-            subprocess.run(["docker", "rm", "-f", self.cid], capture_output=True, check=False)
+            self.env.container_id = None  # removed above; its own cleanup would `docker stop`
 
 
-def bench_baseline(image: str, run_id: str, n: int) -> list[float]:
-    """One `docker exec` per command (mini-swe-agent's DockerEnvironment)."""
+def bench_baseline(image: str, run_id: str, n: int) -> tuple[str, dict[str, list[float]]]:
+    """The same commands, one `docker exec` each (mini-swe-agent's DockerEnvironment)."""
     env = _DockerExecPerCommand(image, run_id)
     try:
-        env.execute("true")
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            env.execute("true")
-            times.append(time.perf_counter() - t0)
-        return times
+        env.execute(SETUP)
+        times: dict[str, list[float]] = {}
+        for name, command in COMMANDS.items():
+            env.execute(command)
+            times[name] = []
+            for _ in range(n if name == "true" else max(n // 2, 10)):
+                t0 = time.perf_counter()
+                env.execute(command)
+                times[name].append(time.perf_counter() - t0)
+        return env.name, times
     finally:
         env.cleanup()
 
@@ -155,24 +179,41 @@ async def main() -> None:
     args = ap.parse_args()
     run_id, task = f"bench-sandbox-{uuid.uuid4().hex[:8]}", _task(args.image)
 
+    load_at_start = os.getloadavg()[0]
     async with DockerFarm(run_id, FarmConfig(limits=LIMITS)) as farm:
         exec_t = await bench_exec(farm, task, args.commands)
-    base_t = await asyncio.to_thread(bench_baseline, args.image, run_id, args.baseline_commands)
+    baseline, base_t = await asyncio.to_thread(
+        bench_baseline, args.image, run_id, args.baseline_commands
+    )
     cold_t = await bench_acquire(run_id, task, args.acquires, warm=False)
     warm_t = await bench_acquire(run_id, task, args.acquires, warm=True)
     errors, conc_s = await bench_concurrent(run_id, task, args.concurrent)
 
-    p50, base50 = statistics.median(exec_t), statistics.median(base_t)
+    p50, base50 = statistics.median(exec_t["true"]), statistics.median(base_t["true"])
     result = {
         "exec_p50_ms": round(p50 * 1e3, 3),
-        "exec_p99_ms": round(_pct(exec_t, 0.99) * 1e3, 3),
+        "exec_p99_ms": round(_pct(exec_t["true"], 0.99) * 1e3, 3),
         "baseline_exec_p50_ms": round(base50 * 1e3, 3),
         "exec_speedup": round(base50 / p50, 1),
+        "commands": {
+            name: {
+                "p50_ms": round(statistics.median(exec_t[name]) * 1e3, 3),
+                "p99_ms": round(_pct(exec_t[name], 0.99) * 1e3, 3),
+                "baseline_p50_ms": round(statistics.median(base_t[name]) * 1e3, 2),
+                "speedup": round(
+                    statistics.median(base_t[name]) / statistics.median(exec_t[name]), 1
+                ),
+            }
+            for name in COMMANDS
+        },
+        "baseline": baseline,
         "acquire_warm_p50_ms": round(statistics.median(warm_t) * 1e3, 2),
         "acquire_cold_p50_ms": round(statistics.median(cold_t) * 1e3, 2),
         "concurrent_sessions": args.concurrent,
         "concurrent_errors": errors,
         "concurrent_wall_s": round(conc_s, 2),
+        "load_avg_1m_start": round(load_at_start, 2),
+        "load_avg_1m_end": round(os.getloadavg()[0], 2),  # (raised by the concurrent phase)
     }
     print(json.dumps(result))
 

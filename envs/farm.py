@@ -179,19 +179,23 @@ class DockerFarm:
             self.pool.refill((image, limits, task.workdir))
 
     async def image_for(self, task: Task) -> str:
-        """`task.image`, or the image built from `task.source_dir` (once per directory)."""
+        """`task.image`, or the image built from `task.source_dir` (+ its `source_patch`; paths
+        as given, usually made absolute by `envs.tasks.prepare_task_images`'s caller)."""
         if task.image:
             return task.image
         if not task.source_dir:
             raise ValueError(f"task {task.instance_id} has neither `image` nor `source_dir`")
+        patch_file = (task.model_extra or {}).get("source_patch") or ""
+        key = f"{task.source_dir}\0{patch_file}"
         async with self._image_lock:
-            if task.source_dir not in self._images:
-                from envs.images import ensure_task_image
+            if key not in self._images:
+                from envs.images import DEFAULT_BASE_IMAGE, ensure_task_image
 
-                self._images[task.source_dir] = await asyncio.to_thread(
-                    ensure_task_image, task, Path(task.source_dir)
+                patch = Path(patch_file).read_bytes() if patch_file else b""
+                self._images[key] = await asyncio.to_thread(
+                    ensure_task_image, task, Path(task.source_dir), DEFAULT_BASE_IMAGE, patch
                 )
-        return self._images[task.source_dir]
+        return self._images[key]
 
     async def _create(self, key: PoolKey, instance_id: str = "") -> DockerSandbox:
         image, limits, workdir = key

@@ -107,8 +107,8 @@ def _import_tar(tar_path: Path, tag: str) -> None:
     log.info("imported %s", tag)
 
 
-def task_image_tag(task: Task, source_dir: Path, base_image: str) -> str:
-    """Content-addressed tag: same base + same files -> same image."""
+def task_image_tag(task: Task, source_dir: Path, base_image: str, patch: bytes = b"") -> str:
+    """Content-addressed tag: same base + same files (+ same patch) -> same image."""
     h = hashlib.sha256(base_image.encode())
     for path in sorted(p for p in source_dir.rglob("*") if p.is_file()):
         if _is_junk(path.relative_to(source_dir)):
@@ -116,6 +116,8 @@ def task_image_tag(task: Task, source_dir: Path, base_image: str) -> str:
         h.update(str(path.relative_to(source_dir)).encode())
         h.update(path.read_bytes())
     h.update(task.workdir.encode())
+    if patch:
+        h.update(b"\0source_patch\0" + patch)
     slug = task.repo.replace("/", "__").lower()
     return f"swefleet-task:{slug}-{h.hexdigest()[:12]}"
 
@@ -126,13 +128,16 @@ def _is_junk(rel: Path) -> bool:
                for part in rel.parts)
 
 
-def ensure_task_image(task: Task, source_dir: Path, base_image: str = DEFAULT_BASE_IMAGE) -> str:
-    """Build (or reuse) the image holding `source_dir` as a git repository at `task.workdir`."""
-    tag = task_image_tag(task, source_dir, base_image)
+def ensure_task_image(
+    task: Task, source_dir: Path, base_image: str = DEFAULT_BASE_IMAGE, patch: bytes = b""
+) -> str:
+    """Build (or reuse) the image holding `source_dir` as a git repository at `task.workdir`;
+    `patch` (a unified diff, e.g. the task's bug) is applied before the base commit."""
+    tag = task_image_tag(task, source_dir, base_image, patch)
     _touch_usage(tag)
     if image_exists(tag):
         return tag
-    context = _task_build_context(source_dir, base_image, task.workdir)
+    context = _task_build_context(source_dir, base_image, task.workdir, patch)
     client = docker_client()
     client.images.build(
         fileobj=context, custom_context=True, tag=tag, rm=True, network_mode="none",
@@ -142,10 +147,14 @@ def ensure_task_image(task: Task, source_dir: Path, base_image: str = DEFAULT_BA
     return tag
 
 
-def _task_build_context(source_dir: Path, base_image: str, workdir: str) -> io.BytesIO:
+def _task_build_context(
+    source_dir: Path, base_image: str, workdir: str, patch: bytes = b""
+) -> io.BytesIO:
+    copy = "COPY source.patch /tmp/source.patch\n" if patch else ""
+    apply = "git apply /tmp/source.patch && rm /tmp/source.patch && " if patch else ""
     dockerfile = f"""FROM {base_image}
 COPY repo {workdir}
-RUN cd {workdir} && git init -q && git config user.email swefleet@localhost \\
+{copy}RUN cd {workdir} && git init -q && {apply}git config user.email swefleet@localhost \\
  && git config user.name swefleet && git add -A && git commit -qm base \\
  && git config --system --add safe.directory '*' && chown -R {AGENT_UID}:{AGENT_UID} {workdir}
 WORKDIR {workdir}
@@ -156,6 +165,10 @@ WORKDIR {workdir}
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
+        if patch:
+            info = tarfile.TarInfo("source.patch")
+            info.size, info.mode = len(patch), 0o644
+            tar.addfile(info, io.BytesIO(patch))
         tar.add(
             str(source_dir), arcname="repo",
             filter=lambda ti: None if _is_junk(Path(ti.name)) else ti,

@@ -25,6 +25,7 @@ OpenExec = Callable[[list[str]], Awaitable[socket.socket]]
 """Starts argv in the container (stdin attached) and returns the exec's non-blocking socket."""
 
 _RECV = 1 << 18
+_DRAIN_FROM = 1 << 14
 
 
 class SessionDied(Exception):
@@ -313,6 +314,16 @@ class ShellSession:
             raise SessionDied(f"shell socket error: {e}") from e
         if not data:
             raise SessionDied("the shell's stream ended")
+        if len(data) >= _DRAIN_FROM:  # bulk output: take what else has arrived, one wakeup
+            chunks = [data]
+            try:
+                while sum(map(len, chunks)) < _RECV * 16 and (more := self._sock.recv(_RECV)):
+                    chunks.append(more)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as e:
+                raise SessionDied(f"shell socket error: {e}") from e
+            data = b"".join(chunks)  # (end of stream after data: the next call reports it)
         return data
 
     async def _send(self, data: bytes) -> None:

@@ -1,20 +1,27 @@
 """The wire protocol of the persistent shell session: bash text in, framed bytes out. Pure, no I/O.
 
-One long-lived `bash` per sandbox reads commands from its stdin (a Docker exec socket). Each
-command is sent as one `$'...'` line (ASCII only), then run by `eval` in a forked subshell: a job
-of its own (`set -m`), so it has its own process group: a timeout kills that whole group inside
-the container (`kill -9 -- -PGID`, by a second idle shell, the killer, that finds the group in
-a file) and the shell itself survives. A subshell cannot change its
-parent, so on exit it writes its state (cwd, shell variables incl. exported ones, functions,
-`unset` calls) to a file that the parent evaluates when it changed; shell options (`set -e`,
-`shopt`) do not persist. Every line of the file only adds state (unsets come last), so a half-written file
-(a command killed while saving) restores a subset and breaks nothing; read-only variables fail
-their own line only.
+One long-lived `bash` per sandbox reads requests from its stdin (a Docker exec socket) in a loop
+defined by the bootstrap: a fixed-width header (`read -N`, one read syscall, where bash's parser
+would read a command line byte by byte) and the command as one ASCII `$'...'` literal. The
+command runs by `eval` in a forked subshell, a job of its own (`set -m`), so it has its own
+process group: a timeout kills that whole group inside the container (`kill -9 -- -PGID`, by a
+second idle shell, the killer, that finds the group in a file) and the shell itself survives.
+A subshell cannot change its parent, so on exit it writes its state (cwd, shell variables incl.
+exported ones, functions, `unset` calls) to a file that the parent evaluates when it changed;
+shell options (`set -e`, `shopt`) do not persist. Every line of the file only adds state (unsets
+come last), so a half-written file (a command killed while saving) restores a subset and breaks
+nothing; read-only variables fail their own line only.
 
 Output goes to the socket's stdout stream, ending with `\\x1e<nonce>:E<n>:<rc>:<pids_full>\\n`
 written by the job's EXIT trap before it saves the state (so the caller need not wait for the
-save), or by the parent after `wait` when the job was killed; either way after every byte of the
-command's own output.
+save), or by the parent after `wait` when the trap did not save (killed, trap replaced): the
+state file starts with the number of the job that wrote it. Either way after every byte of the
+command's own output; a killed job may leave a second end line, which the caller's sync drops.
+
+The per-command path forks once (the job) and runs builtins only, without function-level
+redirections (each costs about ten system calls in bash). A command that `state_neutral` finds
+unable to change the state skips the dump and the parent's compare (unless the shell has user
+functions, which any word may call): its job ends with status 0 once its trap wrote the end line.
 """
 
 from __future__ import annotations
@@ -26,33 +33,35 @@ BOOTSTRAP = r"""set -m +o history
 umask 022
 __sf_dir=/tmp
 [[ -w /dev/shm ]] && __sf_dir=/dev/shm  # tmpfs: writes 3x cheaper than on overlayfs
-__sf_st=$__sf_dir/.swefleet-$__sf_id-state __sf_done=$__sf_dir/.swefleet-$__sf_id-done
-__sf_pg=$__sf_dir/.swefleet-$__sf_id-pgid
-builtin trap 'command rm -f "$__sf_st" "$__sf_done" "$__sf_pg"' EXIT
+__sf_st=$__sf_dir/.swefleet-$__sf_id-state __sf_pg=$__sf_dir/.swefleet-$__sf_id-pgid
+builtin trap 'command rm -f "$__sf_st" "$__sf_pg"' EXIT
+builtin printf '0\0' >"$__sf_st"
+__sf_old= __sf_oom= __sf_fn=
+{ builtin read -r __sf_f </proc/self/oom_score_adj &&
+  builtin echo "$__sf_f" >/proc/self/oom_score_adj && __sf_oom=1; } 2>/dev/null  # writable?
 __sf_pre() {  # in the job's subshell: report the end and save the state from its EXIT trap
-  __sf_jn=$1 __sf_un=; exec {__sf_out}>&1; builtin trap __sf_exit EXIT
-  builtin echo 500 >/proc/self/oom_score_adj
-} 2>/dev/null
+  __sf_jn=$1 __sf_fast=$2 __sf_un= __sf_ok=; exec {__sf_out}>&1; builtin trap __sf_exit EXIT
+  [[ -n $__sf_oom ]] && builtin echo 500 >/proc/self/oom_score_adj
+}
 __sf_exit() {  # the end marker first (the caller waits for it), then the state dump
-  __sf_rc=$?; builtin printf '%d' "$__sf_jn" >"$__sf_done"; __sf_end "$__sf_jn" >&"$__sf_out"
-  __sf_save
-} 2>/dev/null
-__sf_save() {  # (volatile specials are dropped so that an unchanged state dumps identically)
-  builtin unset -v __sf_c __sf_old __sf_new __sf_rc __sf_last __sf_jn __sf_out _ BASH_COMMAND \
-    EPOCHREALTIME EPOCHSECONDS LINENO PIPESTATUS RANDOM SRANDOM SECONDS GROUPS BASHPID \
-    BASH_SUBSHELL BASH_ARGV0 COMP_WORDBREAKS
-  builtin unset -f __sf_changed __sf_pre __sf_exit __sf_wait __sf_fin __sf_end __sf_sync unset \
-    __sf_save
-  { builtin printf 'builtin cd -- %q\n' "$PWD"
+  __sf_rc=$?; builtin set +eu; __sf_end "$__sf_jn" >&"$__sf_out" && __sf_ok=$__sf_jn
+  if [[ -n $__sf_fast ]]; then [[ -n $__sf_ok ]] && builtin exit 0; builtin exit 1; fi
+  __sf_save  # (fast: status 0 tells the parent that the end line was written)
+} 2>/dev/null  # (also hides `set -x` traces of the helpers)
+__sf_save() {  # (volatile and call-stack specials are dropped: an unchanged state dumps the same)
+  builtin unset -v __sf_c __sf_q __sf_h __sf_n __sf_new __sf_old __sf_rc __sf_last __sf_jn \
+    __sf_out __sf_f __sf_fn __sf_fast _ BASH_COMMAND EPOCHREALTIME EPOCHSECONDS LINENO \
+    PIPESTATUS RANDOM SRANDOM SECONDS GROUPS BASHPID BASH_SUBSHELL BASH_ARGV0 COMP_WORDBREAKS \
+    FUNCNAME HISTCMD
+  builtin unset -f __sf_pre __sf_exit __sf_wait __sf_fin __sf_end __sf_sync unset __sf_save
+  { builtin printf '%s\0builtin cd -- %q\n' "$__sf_ok" "$PWD"  # job number: the trap ran
+    builtin unset -v __sf_ok
     builtin declare -p
+    builtin printf '\0'
     builtin declare -f
     builtin printf '%s' "$__sf_un"
   } >"$__sf_st"
-} 2>/dev/null
-__sf_changed() {  # mapfile reads a regular file buffered (read -d '' would read byte by byte)
-  builtin mapfile -d '' __sf_new <"$__sf_st" && [[ ${__sf_new[0]} != "$__sf_old" ]] &&
-    __sf_old=${__sf_new[0]}
-} 2>/dev/null
+}
 unset() { builtin unset "$@" && __sf_un+="builtin unset ${@@Q}"$'\n'; }
 __sf_wait() {  # the job's process group goes to a file, where the killer looks it up
   if [[ $! == "${__sf_last-}" ]]; then  # the fork failed (pids limit): no new job
@@ -61,22 +70,48 @@ __sf_wait() {  # the job's process group goes to a file, where the killer looks 
   fi
   __sf_last=$!; builtin printf '%d %d\n' "$1" "$!" >"$__sf_pg"
   builtin wait "$!"; __sf_rc=$?
-} 2>/dev/null
-__sf_fin() {  # the end marker, unless the job's EXIT trap already wrote it (killed, trap replaced)
-  local d; builtin read -r d <"$__sf_done"; [[ $d == "$1" ]] || __sf_end "$1"
-} 2>/dev/null
+}
+__sf_fin() {  # the end marker unless the job's trap wrote it; true if the state changed
+  builtin mapfile -d '' __sf_new <"$__sf_st"  # [0] job number, [1] variables, [2] functions
+  [[ ${__sf_new[0]-} == "$1" ]] || __sf_end "$1"
+  [[ ${__sf_new[1]-}${__sf_new[2]-} != "$__sf_old" ]] || builtin return
+  __sf_old=${__sf_new[1]-}${__sf_new[2]-} __sf_fn=${__sf_new[2]:+1}
+}
 __sf_end() {  # flag 1: the pids limit is (nearly) reached, e.g. by a fork bomb left running
-  local f=0 c
+  builtin local f=0 c
   [[ -n $__sf_pids ]] && builtin read -r c <"$__sf_pids" &&
     (( c >= __sf_pmax - 2 - __sf_pmax / 50 )) && f=1
   builtin printf '\036%s:E%d:%d:%d\n' "$__sf_id" "$1" "$__sf_rc" "$f"
-} 2>/dev/null
+}
 __sf_sync() { builtin printf '\036%s:S%d:0:0\n' "$__sf_id" "$1"; }  # flushes what came before
 __sf_pids=
 for __sf_f in /sys/fs/cgroup/pids/pids /sys/fs/cgroup/pids; do
   [[ -r $__sf_f.max ]] && builtin read -r __sf_pmax <"$__sf_f.max" && __sf_pids=$__sf_f.current && break
 done 2>/dev/null
 [[ $__sf_pmax == +([0-9]) ]] || __sf_pids=
+"""
+
+#: The request loop, started last: `<kind><n:10><len:10>` then `len` bytes of `$'...'`. Kinds:
+#: P (a command whose state persists), Q (the same for a command that `state_neutral` found
+#: unable to change the state: unless the shell has functions, which any word may call, it skips
+#: the state dump and its job ends with status 0 once its trap wrote the end line), N (a command
+#: whose state does not persist), S (sync). `read -N` on a pipe reads a whole header or body with
+#: one system call; TMOUT (the user's variable) would otherwise time the reads out.
+LOOP = r"""while TMOUT= builtin read -r -N 21 __sf_h; do
+  __sf_n=$((10#${__sf_h:1:10}))
+  case ${__sf_h::1} in
+    [PQN]) TMOUT= builtin read -r -N $((10#${__sf_h:11:10})) __sf_q
+       builtin eval "__sf_c=$__sf_q" ;;&
+    Q) if [[ -z $__sf_fn ]]; then
+         (__sf_pre "$__sf_n" 1; builtin eval "$__sf_c") </dev/null 2>&1 &
+         __sf_wait "$__sf_n"; (( __sf_rc == 0 )) || __sf_end "$__sf_n"; builtin continue
+       fi ;;&
+    [PQ]) (__sf_pre "$__sf_n" ''; builtin eval "$__sf_c") </dev/null 2>&1 &
+       __sf_wait "$__sf_n"; __sf_fin "$__sf_n" && builtin eval "$__sf_old" 2>/dev/null ;;
+    N) (builtin eval "$__sf_c") </dev/null 2>&1 & __sf_wait "$__sf_n"; __sf_end "$__sf_n" ;;
+    S) __sf_sync "$__sf_n" ;;
+  esac
+done; builtin exit 0
 """
 
 #: The killer: a second, idle shell in the container that kills without forking, so it works
@@ -105,12 +140,12 @@ SHELL_ARGV = ["bash", "--noprofile", "--norc"]
 
 
 def bootstrap_text(nonce: str) -> bytes:
-    """Defines the helper functions and answers `<nonce>:READY:<pid>:<uid>:<gid>:<HEAD>`."""
+    """Defines the helpers, answers `<nonce>:READY:<pid>:<uid>:<gid>:<HEAD>`, starts the loop."""
     return (
         f"__sf_id={nonce}\n{BOOTSTRAP}"
         "__sf_base=$(git rev-parse --verify -q HEAD 2>/dev/null)\n"
         'builtin printf \'%s:READY:%d:%d:%d:%s\\n\' "$__sf_id" $$ $UID "${GROUPS[0]}" '
-        '"$__sf_base"\n'
+        f'"$__sf_base"\nbuiltin unset -v __sf_base __sf_f\n{LOOP}'
     ).encode()
 
 
@@ -136,16 +171,53 @@ def ansi_c_quote(text: str) -> str:
     return "$'" + "".join([_ANSI_C[b] for b in text.encode("utf-8", "surrogateescape")]) + "'"
 
 
+#: Words that can change the shell's state (cwd, variables, functions) or its EXIT trap, or run
+#: text as code. Quotes and backslashes are dropped before words are compared.
+_STATE_WORDS_TEXT = (
+    "cd pushd popd dirs export unset declare typeset local readonly source . eval read mapfile "
+    "readarray getopts printf let set shopt trap exec builtin command enable function select "
+    "for coproc wait alias unalias hash shift caller fc history bind complete compgen"
+)
+_STATE_WORDS = frozenset(_STATE_WORDS_TEXT.split())
+#: `=` (assignments, `${x:=}`, arithmetic), `$` (any expansion: `$cmd` may be `cd`), backquotes,
+#: braces (`{c,}d`, `{fd}>`), `((`/`[[` (arithmetic, BASH_REMATCH), `()` (function definitions),
+#: `++`/`--` inside brackets (side effects of array subscripts).
+_STATE_SYNTAX = re.compile(r"[=$`{}]|\(\(|\[\[|\(\s*\)|\[[^\]]*(\+\+|--)")
+_TOKENS = re.compile(r"(\|\||&&|;;|[;&|()\n])|(\d*[<>]+&?)|[^\s;&|()<>]+")
+_KEYWORDS_TEXT = "if then else elif do while until time ! fi done esac"
+_KEYWORDS = frozenset(_KEYWORDS_TEXT.split())
+
+
+def state_neutral(command: str) -> bool:
+    """True if `command` cannot change the shell's state, so its job need not dump it. Conservative
+    (a false "no" only costs the dump): no expansion, assignment or brace, no word of
+    `_STATE_WORDS` anywhere, no glob in a command word (`c? /tmp` may be `cd /tmp`)."""
+    if _STATE_SYNTAX.search(command):
+        return False
+    command_word, target = True, False
+    for m in _TOKENS.finditer(command):
+        if m.group(1) is not None:  # a control operator: a command word follows
+            command_word = True
+        elif m.group(2) is not None:  # a redirection: its target is not the command word
+            target = True
+        else:
+            word = m.group(0).replace("'", "").replace('"', "").replace("\\", "")
+            globbed = word != "[" and any(c in word for c in "*?[")
+            if word in _STATE_WORDS or (command_word and not target and globbed):
+                return False
+            if not target:
+                command_word = word in _KEYWORDS
+            target = False
+    return True
+
+
 def command_text(nonce: str, n: int, command: str, persist: bool = True) -> bytes:
-    """Input that runs `command` as job `n` in its own process group and reports its end."""
+    """The request that runs `command` as job `n` in its own process group and reports its end."""
     body = command.replace("\0", "")
     body += "" if body.endswith("\n") else "\n"  # a trailing here-document needs its newline
-    pre, end = (f"__sf_pre {n}; ", f"__sf_fin {n}") if persist else ("", f"__sf_end {n}")
-    return (
-        f"__sf_c={ansi_c_quote(body)}\n"
-        f'({pre}eval "$__sf_c") </dev/null 2>&1 & __sf_wait {n}; {end}; '
-        f'__sf_changed && eval "$__sf_old" 2>/dev/null\n'
-    ).encode()
+    quoted = ansi_c_quote(body)
+    kind = ("Q" if state_neutral(body) else "P") if persist else "N"
+    return f"{kind}{n:010d}{len(quoted):010d}{quoted}".encode()
 
 
 def end_tag(nonce: str, n: int) -> bytes:
@@ -153,8 +225,8 @@ def end_tag(nonce: str, n: int) -> bytes:
 
 
 def sync_text(n: int) -> bytes:
-    """Input that makes the shell write `sync_tag(n)`: every byte before it has arrived."""
-    return f"__sf_sync {n}\n".encode()
+    """The request that makes the shell write `sync_tag(n)`: every byte before it has arrived."""
+    return f"S{n:010d}{0:010d}".encode()
 
 
 def sync_tag(nonce: str, n: int) -> bytes:

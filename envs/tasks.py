@@ -13,7 +13,9 @@ strings as on the Hub. Any problem raises `TaskFileError` naming the file, the r
 and instance_id) and the field.
 
 A task's `source_dir` is relative to the task file's directory (`resolve_source_dir`);
-`prepare_task_images` builds one image per distinct source dir with `envs.images`. A generated
+`prepare_task_images` builds one image per distinct source dir with `envs.images`. An optional
+`source_patch` (a unified diff, path relative to the task file) is applied to the source dir in
+the image, so tasks that differ by a small bug share one copy of the repository. A generated
 task (`envs.synth`) has a `recipe` field instead (a recipe path relative to the task file): its
 image is the package's sdist (downloaded by pip at build time) with the bug applied.
 """
@@ -197,13 +199,27 @@ def resolve_source_dir(task: Task, tasks_file: str | Path) -> Path:
     return path
 
 
+def source_patch_of(task: Task, tasks_file: str | Path) -> bytes:
+    """The bytes of the task's `source_patch` file (relative to the task file), or b''."""
+    name = (task.model_extra or {}).get("source_patch") or ""
+    if not name:
+        return b""
+    path = Path(tasks_file).parent / name
+    if not path.is_file():
+        raise TaskFileError(
+            f"{tasks_file}: instance_id={task.instance_id!r}: field 'source_patch': "
+            f"{path} is not a file"
+        )
+    return path.read_bytes()
+
+
 def prepare_task_images(
     tasks: list[Task], tasks_file: str | Path, base_image: str = DEFAULT_BASE_IMAGE
 ) -> list[Task]:
     """Fill `task.image` for tasks that have none, building (or reusing) one content-hashed
     image per distinct source dir. Tasks that already name an image keep it. Returns `tasks`,
     changed in place."""
-    built: dict[tuple[Path, str, str], str] = {}
+    built: dict[tuple[Path, bytes, str, str], str] = {}
     for task in tasks:
         if task.image:
             continue
@@ -213,8 +229,9 @@ def prepare_task_images(
             task.image = ensure_recipe_task_image(task, tasks_file, base_image)
             continue
         source = resolve_source_dir(task, tasks_file)
-        key = (source, task.repo, task.workdir)
+        patch = source_patch_of(task, tasks_file)
+        key = (source, patch, task.repo, task.workdir)
         if key not in built:
-            built[key] = ensure_task_image(task, source, base_image)
+            built[key] = ensure_task_image(task, source, base_image, patch)
         task.image = built[key]
     return tasks

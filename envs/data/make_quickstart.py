@@ -1,12 +1,13 @@
 """Generate the bundled quickstart task set (`quickstart/`) from the clean `textkit` project.
 
-    .venv/bin/python envs/data/make_quickstart.py            # write repos/ + tasks.jsonl, validate
+    .venv/bin/python envs/data/make_quickstart.py            # write bugs/ + tasks.jsonl, validate
     .venv/bin/python envs/data/make_quickstart.py --check    # only validate tasks.jsonl
 
-Every task is one real bug injected into the clean project (`quickstart_src/textkit`, which is
-never put in an image): `repos/<name>/` holds the buggy project with the tests that decide the
-task removed or in their old form; `patch` (gold) undoes the bug; `test_patch` brings the tests
-back. FAIL_TO_PASS / PASS_TO_PASS are not written by hand: the real grader runs the task's test
+Every task is one real bug injected into the clean project (`quickstart/repo`, the one copy of
+the repository that all tasks share): `bugs/<name>.patch` (the task's `source_patch`, applied
+when its image is built) injects the bug and removes the tests that decide the task or puts
+back their old form; `patch` (gold) undoes the bug; `test_patch` brings the tests back.
+FAIL_TO_PASS / PASS_TO_PASS are not written by hand: the real grader runs the task's test
 files in Docker with the test patch applied, once on the buggy state and once with the gold
 patch, and swebench's pytest parser names the tests (FAIL_TO_PASS: fail before, pass after;
 PASS_TO_PASS: pass in both). Then every task is validated: gold patch -> resolved, empty patch
@@ -19,15 +20,14 @@ import argparse
 import asyncio
 import difflib
 import json
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-CLEAN = ROOT / "quickstart_src" / "textkit"
 OUT = ROOT / "quickstart"
+CLEAN = OUT / "repo"
 sys.path.insert(0, str(ROOT.parent.parent))  # run as a script from anywhere
 
 from envs.grading import DockerGrader, grade_many
@@ -255,7 +255,7 @@ this very example). `kebab_case` shows the same problem; names without acronyms 
 
 
 # ---------------------------------------------------------------------------------------------
-# Writing the buggy repositories and the patches
+# Writing the bug patches
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
@@ -285,23 +285,22 @@ def rewrite_tests(text: str, changes: dict[str, str | None]) -> str:
 
 
 def build_task(bug: Bug) -> dict:
-    """Write `repos/textkit-<n>/` (buggy, deciding tests removed) and return the task record."""
+    """Write `bugs/textkit-<n>.patch` (clean -> buggy, deciding tests removed or in their old
+    form) and return the task record."""
     name = f"textkit-{bug.number}"
-    repo = OUT / "repos" / name
-    if repo.exists():
-        shutil.rmtree(repo)
-    shutil.copytree(CLEAN, repo, ignore=shutil.ignore_patterns("__pycache__", ".*_cache"))
     clean_src = (CLEAN / bug.file).read_text()
     if clean_src.count(bug.good) != 1:
         raise ValueError(f"{name}: the good snippet must occur once in {bug.file}")
     buggy_src = clean_src.replace(bug.good, bug.bad)
-    (repo / bug.file).write_text(buggy_src)
+    source_patch = unified_diff(bug.file, clean_src, buggy_src)
     test_patch = ""
     for test_file, changes in bug.tests.items():
         clean_tests = (CLEAN / test_file).read_text()
         old_tests = rewrite_tests(clean_tests, changes)
-        (repo / test_file).write_text(old_tests)
+        source_patch += unified_diff(test_file, clean_tests, old_tests)
         test_patch += unified_diff(test_file, old_tests, clean_tests)
+    (OUT / "bugs").mkdir(exist_ok=True)
+    (OUT / "bugs" / f"{name}.patch").write_text(source_patch)
     return {
         "instance_id": f"textkit__textkit-{bug.number}",
         "repo": "textkit/textkit",
@@ -315,7 +314,8 @@ def build_task(bug: Bug) -> dict:
         "test_patch": test_patch,
         "FAIL_TO_PASS": [],
         "PASS_TO_PASS": [],
-        "source_dir": f"repos/{name}",
+        "source_dir": "repo",
+        "source_patch": f"bugs/{name}.patch",
         "test_cmd": "python3 -m pytest -rA -p no:cacheprovider",
         "log_parser": "pytest",
         "split": bug.split,

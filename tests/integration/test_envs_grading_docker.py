@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 
 from envs.gradelog import regrade_from_log
 from envs.grading import DockerGrader, grade_many
-from envs.tasks import load_tasks, prepare_task_images, resolve_source_dir
+from envs.tasks import load_tasks, prepare_task_images, resolve_source_dir, source_patch_of
 from swefleet.types import GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.integration
@@ -66,9 +68,20 @@ def slug_task(tasks: list[Task]) -> Task:
     return next(t for t in tasks if t.instance_id == "textkit__textkit-1")
 
 
+def task_file_text(task: Task, path: str) -> str:
+    """`path` as the task's image holds it: the source dir with the task's `source_patch`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo"
+        shutil.copytree(resolve_source_dir(task, TASKS_FILE), repo)
+        patch = source_patch_of(task, TASKS_FILE)
+        if patch:
+            subprocess.run(["git", "apply", "-"], input=patch, cwd=repo, check=True)
+        return (repo / path).read_text()
+
+
 def edit_patch(task: Task, path: str, edit) -> str:
     """A git-style diff that applies `edit(text)` to `path` of the task's repository."""
-    old = (resolve_source_dir(task, TASKS_FILE) / path).read_text()
+    old = task_file_text(task, path)
     new = edit(old)
     body = difflib.unified_diff(
         old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"

@@ -105,3 +105,83 @@ def test_state_persists_and_unsets_propagate_in_a_local_bash(tmp_path):
         ("unset 2\n", 1),
         ("still\n", 3),
     ]
+
+
+#: One command a line (lines, not a list: the formatter would give each its own line).
+STATEFUL = r"""cd /tmp
+x=1
+echo $HOME
+echo `id`
+export A
+unset A
+declare -i n
+read line < f
+f() { :; }
+function f { :; }
+for i in a; do :; done
+((n++))
+[[ a =~ b ]]
+echo ${a[i++]}
+{c,}d /tmp
+"cd" /tmp
+c\d /tmp
+c? /tmp
+ls; c* /
+>x c? /tmp
+source env.sh
+. env.sh
+eval ls
+exec ls
+trap '' EXIT
+printf -v x 1
+mapfile a < f
+builtin cd /
+set -a
+shopt -s extglob
+pushd /tmp
+getopts ab o
+echo {x}>f
+[ -v 'a[i++]' ]
+coproc cat
+wait -p x
+let n++"""
+NEUTRAL = r"""true
+ls -la
+cat a.py | head -50
+python -m pytest -q tests/x.py 2>&1 | tail
+git diff
+grep -rn foo src
+sed -n 1,20p f
+ls *.py
+echo hi > out.txt
+[ -f x ] && cat x
+> c* cat
+pytest -k "a and b"
+exit 3
+sleep 1 &"""
+
+
+@pytest.mark.parametrize("command", STATEFUL.splitlines())
+def test_commands_that_may_change_state_are_not_neutral(command):
+    assert not shell.state_neutral(command)
+
+
+@pytest.mark.parametrize("command", NEUTRAL.splitlines())
+def test_plain_commands_are_neutral(command):
+    assert shell.state_neutral(command)
+
+
+def test_neutral_commands_keep_exit_codes_and_user_functions_keep_state(tmp_path):
+    """Neutral commands skip the state dump, unless the shell has functions (`g` may `cd`)."""
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    assert shell.command_text("t", 1, "true").startswith(b"Q")
+    results = _session(
+        "false",
+        "exit 7",
+        "echo ok",
+        f"g() {{ cd {tmp_path}; }}",
+        "g",  # neutral by its text, but runs a function: the full path keeps the new cwd
+        "pwd",
+    )
+    assert results == [("", 1), ("", 7), ("ok\n", 0), ("", 0), ("", 0), (f"{tmp_path}\n", 0)]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envs import tasks as tasks_mod
-from envs.tasks import TaskFileError, load_tasks, resolve_source_dir
+from envs.tasks import TaskFileError, load_tasks, resolve_source_dir, source_patch_of
 
 pytestmark = pytest.mark.unit
 
@@ -41,6 +41,7 @@ def test_quickstart_set_loads_and_splits():
     for t in tasks:
         assert t.FAIL_TO_PASS and t.PASS_TO_PASS and t.patch and t.test_patch
         assert resolve_source_dir(t, QUICKSTART).is_dir()
+        assert source_patch_of(t, QUICKSTART).startswith(b"diff --git ")
         for test_id in t.FAIL_TO_PASS + t.PASS_TO_PASS:  # whole ids, not cut at a space
             assert test_id.startswith("tests/test_") and test_id.count("[") == test_id.count("]")
         assert isinstance(t.created_at, str) and t.created_at.endswith("Z")
@@ -186,7 +187,7 @@ def test_prepare_task_images_builds_once_per_source_dir(tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "t.jsonl", records)
     built = []
 
-    def fake_ensure(task, source_dir, base_image):
+    def fake_ensure(task, source_dir, base_image, patch=b""):
         built.append((source_dir.name, base_image))
         return f"img-{source_dir.name}"
 
@@ -194,3 +195,22 @@ def test_prepare_task_images_builds_once_per_source_dir(tmp_path, monkeypatch):
     tasks = tasks_mod.prepare_task_images(load_tasks(path), path, "base:x")
     assert [t.image for t in tasks] == ["img-a", "img-a", "img-b", "prebuilt:1"]
     assert built == [("a", "base:x"), ("b", "base:x")]
+
+
+def test_one_shared_repo_and_a_patch_per_task_give_one_image_tag_per_task(tmp_path):
+    from envs.images import task_image_tag
+
+    tasks = load_tasks(QUICKSTART)
+    assert len({resolve_source_dir(t, QUICKSTART) for t in tasks}) == 1
+    source = resolve_source_dir(tasks[0], QUICKSTART)
+    tags = {task_image_tag(t, source, "base", source_patch_of(t, QUICKSTART)) for t in tasks}
+    assert len(tags) == len(tasks)
+    t = tasks[0]
+    patch = source_patch_of(t, QUICKSTART)
+    assert task_image_tag(t, source, "base", patch) != task_image_tag(
+        t, source, "base", patch + b"\n"
+    )
+    assert task_image_tag(t, source, "base") != task_image_tag(t, source, "base", patch)
+    missing = t.model_copy(update={"source_patch": "bugs/nope.patch"})
+    with pytest.raises(TaskFileError, match="source_patch"):
+        source_patch_of(missing, QUICKSTART)
