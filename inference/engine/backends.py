@@ -171,15 +171,17 @@ class StaticKV:
 
 
 def auto_capacity(model: Any, slots: int, max_model_len: int, memory_fraction: float) -> int:
-    """Tokens per slot: `max_model_len`, or less so the cache fits `memory_fraction` of the
-    device's free memory (CUDA); a multiple of 256, at least 256."""
-    capacity = max_model_len
+    """Tokens per slot: `max_model_len` exactly when it fits `memory_fraction` of the device's
+    free memory (CUDA); otherwise as much as fits, rounded down to a multiple of 256 (the
+    engine then reports the smaller `max_model_len`)."""
     device = next(model.parameters()).device
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        fit = int(free * memory_fraction) // (slots * bytes_per_token(model))
-        capacity = min(capacity, fit)
-    return max(256, capacity // 256 * 256) if capacity >= 256 else capacity
+    if device.type != "cuda":
+        return max_model_len
+    free, _ = torch.cuda.mem_get_info(device)
+    fit = int(free * memory_fraction) // (slots * bytes_per_token(model))
+    if fit >= max_model_len:
+        return max_model_len
+    return fit // 256 * 256 if fit >= 256 else fit
 
 
 def make_backend(
