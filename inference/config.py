@@ -137,9 +137,10 @@ class InferenceConfig(BaseModel):
     """Deadline from the start of a `generate` call to its first token: the prefill answer under
     disaggregated serving (`RequestCancelled(timeout)`, never retried). Unified servers answer
     unstreamed, so there only `request_timeout_s` applies. None: no separate deadline."""
-    scrape_metrics: bool = False
+    scrape_metrics: bool | None = None
     """Poll every server's `/metrics` every `concurrency.poll_interval_s` (also without adaptive
-    concurrency) for KV-cache usage and prefix-cache hit rate in the fleet metrics."""
+    concurrency) for KV-cache usage and the prefix-cache hit rate (`infer/kv_hit_rate`). None:
+    on in `swefleet rl` (a step metric), off for a FleetClient used on its own."""
 
     @field_validator("servers", "prefill_servers")
     @classmethod

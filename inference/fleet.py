@@ -300,9 +300,10 @@ class FleetClient:
         return {s.url: s.snapshot(now) for s in self._every}
 
     def metrics(self) -> dict[str, float]:
-        """Fleet-wide `infer/...` scalars for the metrics sink; `infer/kv_hit_rate` pools the
-        servers' hit and queried tokens between their last two scrapes; `infer/idle_fraction`
-        covers the time since the previous call (one step when the orchestrator calls it)."""
+        """Fleet-wide `infer/...` scalars for the metrics sink, over the time since the previous
+        call (one step when the orchestrator calls it): `infer/kv_hit_rate` pools the servers'
+        prefix-cache hit and queried tokens (as of their last `/metrics` scrape),
+        `infer/idle_fraction` is the mean share of time a server had none of our requests."""
         now = time.monotonic()
         latencies = [x for s in self.servers for x in s.latencies]
         out = {f"infer/{key}": float(n) for key, n in self.totals.items()}
@@ -315,10 +316,11 @@ class FleetClient:
         # mean over servers of the time none of our requests was in flight since the last call
         out["infer/idle_fraction"] = sum(s.idle.take() for s in self._every) / max(
             len(self._every), 1)
-        scraped = [s.prefix for s in self._every if s.prefix is not None]
-        queries = sum(p.window_queries for p in scraped)
-        if queries > 0:
-            out["infer/kv_hit_rate"] = sum(p.window_hits for p in scraped) / queries
+        taken = [s.prefix.take() for s in self._every if s.prefix is not None]
+        queries = sum(q for q, _ in taken)
+        if queries > 0:  # prompt tokens served from the prefix cache since the previous call
+            out["infer/kv_hit_rate"] = sum(h for _, h in taken) / queries
+            out["infer/prompt_tokens"] = queries
         return out
 
     async def scrape_metrics(self) -> None:

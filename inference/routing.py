@@ -36,11 +36,22 @@ class PrefixCacheStats:
     """Queried tokens between the last two scrapes."""
     window_hits: float = 0.0
 
+    taken_queries: float = 0.0
+    """Counter values at the last `take()` (the metrics sink's previous step)."""
+    taken_hits: float = 0.0
+
     def update(self, queries: float, hits: float) -> None:
         dq, dh = queries - self.queries, hits - self.hits
         if dq < 0 or dh < 0:  # counters went back: the server restarted, count from zero
             dq, dh = queries, hits
+            self.taken_queries = self.taken_hits = 0.0
         self.queries, self.hits, self.window_queries, self.window_hits = queries, hits, dq, dh
+
+    def take(self) -> tuple[float, float]:
+        """(queried, hit) tokens since the previous `take()`, as of the last scrape."""
+        dq, dh = self.queries - self.taken_queries, self.hits - self.taken_hits
+        self.taken_queries, self.taken_hits = self.queries, self.hits
+        return dq, dh
 
     @property
     def window_rate(self) -> float | None:

@@ -108,7 +108,8 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             return 0
         trainer = start_trainer(cfg, run_dir, model_dir)
         stack.callback(stop_trainer, trainer)
-        fleet = FleetClient([server.url], cfg.inference)
+        scrape = cfg.inference.scrape_metrics is not False  # infer/kv_hit_rate per step
+        fleet = FleetClient([server.url], cfg.inference.model_copy(update={"scrape_metrics": scrape}))
         stack.push_async_callback(fleet.aclose)
         if resume.version:
             await fleet.update_weights(resume.version, run_dir.weights_path(resume.version))

@@ -30,7 +30,10 @@ async def test_kv_hit_rate_per_server_and_fleet(tmp_path):
             await fleet.generate(prompt + list(range(40, 56)), max_tokens=2, episode_id="ep")
             await fleet.scrape_metrics()
             second = fleet.server_metrics()[cached.url]
-            flat = fleet.metrics()
+            flat = fleet.metrics()  # everything since the start: both turns
+            await fleet.generate(prompt + list(range(40, 72)), max_tokens=2, episode_id="ep")
+            await fleet.scrape_metrics()
+            step = fleet.metrics()  # only what came after the previous call: turn 3
         async with FleetClient([plain.url], InferenceConfig()) as fleet:
             await fleet.generate(prompt, max_tokens=2)
             await fleet.scrape_metrics()
@@ -39,7 +42,9 @@ async def test_kv_hit_rate_per_server_and_fleet(tmp_path):
     assert first["kv_hit_rate"] == 0.0  # 32 tokens queried, nothing cached yet
     assert second["kv_hit_rate"] == pytest.approx(32 / 48)  # turn 2 reuses turn 1's blocks
     assert second["kv_hit_rate_cumulative"] == pytest.approx(32 / 80)
-    assert flat["infer/kv_hit_rate"] == pytest.approx(32 / 48)
+    assert flat["infer/kv_hit_rate"] == pytest.approx(32 / 80)
+    assert step["infer/kv_hit_rate"] == pytest.approx(48 / 64)  # 3 of its 4 blocks were cached
+    assert step["infer/prompt_tokens"] == 64
     assert absent["kv_hit_rate"] is None and absent["kv_hit_rate_cumulative"] is None
 
 
