@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 from swefleet.config import RunConfig
-from swefleet.procs import die_with_parent
-from swefleet.rundir import RunDir, default_output_dir, read_jsonl, write_json_atomic
+from swefleet.rundir import RunDir, default_output_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +83,12 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from orchestrator.loop import RLLoop
     from orchestrator.resume import find_resume_point
     from orchestrator.summary import print_step, print_summary
+    from orchestrator.trainer_proc import (
+        TrainerMetricsTail,
+        start_trainer,
+        stop_trainer,
+        trainer_problem,
+    )
     from swefleet.sinks import MetricSinks
 
     t0 = time.monotonic()
@@ -108,6 +109,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             return 0
         trainer = start_trainer(cfg, run_dir, model_dir)
         stack.callback(stop_trainer, trainer)
+        trainer_metrics = TrainerMetricsTail(run_dir)
         scrape = cfg.inference.scrape_metrics is not False  # infer/kv_hit_rate per step
         fleet = FleetClient([server.url], cfg.inference.model_copy(update={"scrape_metrics": scrape}))
         stack.push_async_callback(fleet.aclose)
@@ -124,9 +126,9 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             sinks.write(record)
 
         loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, fleet.update_weights,
-                      on_step=on_step, health=lambda: _trainer_problem(trainer, run_dir),
+                      on_step=on_step, health=lambda: trainer_problem(trainer, run_dir),
                       resume=resume,
-                      extra_metrics=lambda: {**fleet.metrics(), **trainer_step_metrics(run_dir)})
+                      extra_metrics=lambda: {**fleet.metrics(), **trainer_metrics()})
         records = await loop.run()
         summary = print_summary(run_dir, records, time.monotonic() - t0,
                                 served_version=loop.state.served_version)
@@ -162,58 +164,6 @@ async def _environment(cfg: RunConfig, run_id: str, fleet, tokenizer, stack):
     return swe_rollout(ctx)
 
 
-def start_trainer(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> subprocess.Popen:
-    """The trainer is its own process; it reads batches and publishes weights (atomic files).
-    The job is the same for a fresh and a resumed run: the trainer resumes itself from its own
-    checkpoints and the weights already published."""
-    job = {
-        "model": str(model_dir), "batches_dir": str(run_dir.batches),
-        "weights_dir": str(run_dir.weights), "start_version": 0,
-        "max_steps": cfg.orchestrator.steps,
-    }
-    job_path = run_dir.root / "trainer_job.json"
-    write_json_atomic(job_path, {**job, "trainer": cfg.trainer.model_dump(mode="json")})
-    log_file = open(run_dir.logs / "trainer.log", "ab")  # noqa: SIM115 - owned by the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "trainer.main", "--config", str(job_path)],
-        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=die_with_parent,  # noqa: PLW1509 - started from the main thread, before any fork
-    )
-
-
-def stop_trainer(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def trainer_step_metrics(run_dir: RunDir) -> dict:
-    """The trainer's latest step record under `trainer/`, plus its idle fraction."""
-    records = read_jsonl(run_dir.trainer_metrics)
-    if not records:
-        return {}
-    last = records[-1]
-    busy = last.get("step_time_s", 0.0) + last.get("export_time_s", 0.0)
-    wait = last.get("wait_time_s", 0.0)
-    out = {f"trainer/{k}": v for k, v in last.items()
-           if isinstance(v, (int, float)) or k == "moe_load"}  # moe_load: [layers][experts]
-    out["trainer/idle_fraction"] = wait / (wait + busy) if wait + busy > 0 else 0.0
-    return out
-
-
-def _trainer_problem(proc: subprocess.Popen, run_dir: RunDir) -> str | None:
-    code = proc.poll()
-    if code is None or code == 0:
-        return None
-    tail = (run_dir.logs / "trainer.log").read_text(errors="replace")[-2000:]
-    return f"trainer process exited with code {code}; last log lines:\n{tail}"
-
-
 def _install_signal_handlers() -> None:
     """Ctrl-C (SIGINT) and SIGTERM cancel the run so cleanup runs — SIGINT explicitly, since a
     process started in the background by a non-interactive shell inherits it as ignored; SIGUSR1
@@ -232,9 +182,3 @@ def _dump_tasks() -> None:
     for task in asyncio.all_tasks():
         task.print_stack(limit=8, file=buf)
     log.warning("SIGUSR1: %d tasks\n%s", len(asyncio.all_tasks()), buf.getvalue())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
