@@ -76,6 +76,7 @@ class RLLoop:
         self.started_at = time.monotonic()
         self.groups: set[asyncio.Task] = set()
         self.last_weight_sync_s = 0.0
+        self._dropped_before = 0
 
     # ---------------------------------------------------------------- producer
     async def _produce(self) -> None:
@@ -293,11 +294,21 @@ class RLLoop:
             "infer/served_version": self.state.served_version,
             "batch/samples": n_samples,
             **{f"drops/{k}": v for k, v in self.state.drops.items()},
+            **self._drop_rate(len(trajs)),
             **rollout_metrics(trajs, step),
             **cost_metrics(step_time_s, len(trajs), cfg.gpu_hour_price, cfg.n_gpus, cfg.currency),
             **self.extra_metrics(),
         }
         return record
+
+    def _drop_rate(self, consumed: int) -> dict:
+        """Rollouts dropped since the previous step (stale, straggler; not empty batches) over
+        those dropped plus those consumed by this step's batch."""
+        dropped_total = sum(n for k, n in self.state.drops.items() if k != "empty_batch")
+        dropped = dropped_total - self._dropped_before
+        self._dropped_before = dropped_total
+        return {"drops/step": dropped,
+                "rollout/drop_rate": dropped / (dropped + consumed) if dropped + consumed else 0.0}
 
     async def _cancel_in_flight(self) -> None:
         pending = list(self.groups) + list(self.state.tasks.values())
