@@ -21,6 +21,7 @@ is 7 % larger than `step_flops`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 #: bf16 dense peak FLOP/s (vendor datasheets; torchtitan uses the same numbers)
@@ -71,3 +72,15 @@ def peak_flops(device_name: str) -> float | None:
         if key in device_name:
             return value
     return None
+
+
+def step_mfu(hf: dict, cu_seqlens: Sequence[int], step_s: float, device_name: str,
+             world: int = 1) -> float | None:
+    """Model FLOPs utilisation of one training step on `world` GPUs of this kind: `step_flops`
+    of the batch's samples / step time / peak. None on CPU, unknown GPUs and MoE models (their
+    active-parameter count needs a different formula)."""
+    peak = peak_flops(device_name)
+    if peak is None or step_s <= 0 or hf.get("num_experts") or hf.get("n_routed_experts"):
+        return None
+    lengths = [int(b) - int(a) for a, b in itertools.pairwise(cu_seqlens)]
+    return step_flops(hf, lengths) / step_s / (peak * world)

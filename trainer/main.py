@@ -166,6 +166,17 @@ def build_trainer(job: TrainerJob, source: Path, device: str, attention: str, wo
     return policy, build_optimizer(policy, cfg)
 
 
+def _mfu_fn(source: Path, device: str, world: int):
+    """cu_seqlens, step seconds -> MFU of the step (None on CPU, unknown GPUs, MoE)."""
+    import torch
+
+    from trainer.flops import step_mfu
+
+    hf = json.loads((Path(source) / "config.json").read_text())
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    return lambda cu_seqlens, step_s: step_mfu(hf, cu_seqlens, step_s, name, world)
+
+
 def _moe_timer(policy, cfg):
     """Per-layer MoE phase timing when `profile_moe` is on and the model has MoE layers."""
     if not cfg.profile_moe:
@@ -272,6 +283,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     ckpt, source, step = resume_point(job)
     policy, optimizer = build_trainer(job, source, device, attention, world)
     moe_timer = _moe_timer(policy, cfg)
+    mfu_of = _mfu_fn(source, device, world)
     if ckpt is not None:
         from trainer.checkpoint import load_checkpoint
 
@@ -304,11 +316,12 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.monotonic()
         metrics = train_step(policy, optimizer, arrays, cfg)
-        if moe_timer is not None:
-            metrics.update(moe_timer.take())
         if device == "cuda":
             torch.cuda.synchronize()
         step_s = time.monotonic() - t0
+        metrics["mfu"] = mfu_of(arrays["cu_seqlens"], step_s)
+        if moe_timer is not None:
+            metrics.update(moe_timer.take())
         out = _publish(job, policy, step, path)
         export_s = time.monotonic() - t0 - step_s
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:

@@ -50,3 +50,15 @@ def test_rank_sample_range_balances_tokens_and_covers_every_sample():
     assert [rank_sample_range(cu, r, 3) for r in range(3)] == [(0, 2), (2, 4), (4, 5)]
     # fewer samples than ranks: a rank may get none (it runs zero-weight fillers)
     assert [rank_sample_range(np.array([0, 5]), r, 2) for r in range(2)] == [(0, 0), (0, 1)]
+
+
+def test_step_mfu_from_the_batch_lengths():
+    from trainer.flops import step_flops, step_mfu
+
+    hf = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 256}
+    cu = [0, 100, 250]
+    want = step_flops(hf, [100, 150]) / 0.5 / (989e12 * 2)
+    assert step_mfu(hf, cu, 0.5, "NVIDIA H200", world=2) == pytest.approx(want)
+    assert step_mfu(hf, cu, 0.5, "cpu") is None
+    assert step_mfu({**hf, "num_experts": 8}, cu, 0.5, "NVIDIA H200") is None
