@@ -22,7 +22,7 @@ from agents.config import AgentConfig
 from agents.context import compacted_prompt
 from agents.protocol import Action, ChatTokenizer, FormatError, Observation
 from agents.scaffolds import make_scaffold
-from envs.protocol import Sandbox
+from envs.protocol import DiskBudgetExceeded, Sandbox
 from inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
 from swefleet.types import NON_SCORABLE, EpisodeStatus, Task, Trajectory, Turn
 
@@ -74,6 +74,8 @@ async def run_episode(
         await episode.run_until_deadline(start)
     except _End as end:
         _finish(traj, end.status, end.reason)
+    except DiskBudgetExceeded as exc:  # the agent's doing, not infra
+        _finish(traj, EpisodeStatus.limit_disk, str(exc))
     except RequestCancelled as exc:
         _finish(traj, _CANCEL_STATUS.get(exc.reason, EpisodeStatus.infra_error), _describe(exc))
     except asyncio.CancelledError:
@@ -240,11 +242,15 @@ class _Episode:
     async def collect_patch(self) -> None:
         """Fill `model_patch` from the sandbox. A failed diff means the sandbox broke and the
         patch is unknown: a scorable status becomes infra_error (its old status and reason are
-        kept in `reason`), so a broken sandbox is never graded as reward 0."""
+        kept in `reason`), so a broken sandbox is never graded as reward 0 — unless the farm
+        removed it for its disk budget (`limit_disk`, the agent's doing)."""
         t0 = time.monotonic()
         try:
             async with asyncio.timeout(self.config.command_timeout_s):
                 self.traj.model_patch = await self.sandbox.diff()
+        except DiskBudgetExceeded as exc:
+            if self.traj.status not in NON_SCORABLE:
+                _finish(self.traj, EpisodeStatus.limit_disk, str(exc))
         except Exception as exc:  # noqa: BLE001 - fault boundary of the patch step
             detail = f"diff failed: {_describe(exc)}"
             if self.traj.status in NON_SCORABLE:

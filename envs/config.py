@@ -28,7 +28,8 @@ DEFAULT_SESSION_ENV = {
 
 
 class SandboxLimits(BaseModel):
-    """Resource and isolation limits of one sandbox container (all enforced by Docker)."""
+    """Resource and isolation limits of one sandbox container (enforced by Docker; the disk budget
+    by the farm's watchdog)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -49,13 +50,23 @@ class SandboxLimits(BaseModel):
     tmpfs_mb: int | None = Field(None, ge=1)
     """When set, `/tmp` is a tmpfs of this size (it counts against `memory_mb`)."""
     disk_mb: int | None = Field(None, ge=64)
-    """When set, the writable layer is capped (`--storage-opt size=`); needs overlay2 on xfs with
-    pquota, or devicemapper. Left unset, disk is bounded only by the host."""
+    """When set, the writable layer is capped by the storage driver (`--storage-opt size=`);
+    needs overlay2 on xfs with pquota, or devicemapper (most hosts cannot). `disk_budget_mb`
+    below works everywhere."""
+    disk_budget_mb: int | None = Field(4096, ge=16)
+    """Disk budget of the container's writable layer (Docker's `SizeRw`: files written or
+    changed outside tmpfs), on every storage driver. The farm's watchdog measures each sandbox
+    in use every `FarmConfig.disk_check_interval_s`; one over budget is removed at once (freeing
+    its disk), and its running and later operations raise `envs.protocol.DiskBudgetExceeded`:
+    the episode ends with `limit_disk`, a policy failure (scored 0), never an infra error. The
+    overshoot is bounded by the write rate times the interval. None turns the watchdog off for
+    this sandbox."""
     nofile: int = Field(4096, ge=64)
     """Open-file limit (`ulimit -n`) inside the container."""
     max_file_mb: int = Field(1024, ge=1)
     """Largest file a process may write (`ulimit -f`, RLIMIT_FSIZE): a runaway writer gets
-    `File too large` instead of filling the host disk. Works on every storage driver."""
+    `File too large` instead of filling the host disk. Works on every storage driver; many files
+    under this cap are bounded by `disk_budget_mb`."""
 
     @classmethod
     def for_task(cls, defaults: SandboxLimits, task: Any) -> SandboxLimits:
@@ -106,6 +117,10 @@ class FarmConfig(BaseModel):
     reap_interval_s: float = Field(60.0, gt=0)
     """Period of the reaper that removes containers past their lifetime (any run) and containers of
     dead runs."""
+    disk_check_interval_s: float = Field(5.0, gt=0)
+    """Period of the disk-budget watchdog (`SandboxLimits.disk_budget_mb`): one Docker call per
+    pass (`GET /containers/json?size=1` for this run's containers, in a thread), about 20 ms for
+    a few sandboxes; a pass starts only after the previous one ended."""
     reap_grace_s: float = Field(60.0, ge=0)
     """Extra age beyond `lifetime_s` before the reaper removes a container that should have ended."""
     session_env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SESSION_ENV))

@@ -134,6 +134,13 @@ def list_sandboxes(client: Any, run_id: str | None = None) -> list[dict[str, Any
     return client.api.containers(all=True, filters={"label": label})
 
 
+def writable_sizes(client: Any, run_id: str) -> dict[str, int]:
+    """Writable-layer size in bytes (Docker's `SizeRw`) of each running container of `run_id`,
+    in one API call (`GET /containers/json?size=1`; the daemon walks each writable layer)."""
+    recs = client.api.containers(size=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    return {rec["Id"]: int(rec.get("SizeRw") or 0) for rec in recs}  # 0 is left out
+
+
 def open_exec_socket(
     client: Any,
     container_id: str,

@@ -7,7 +7,9 @@ rate limit, from a warm pool when one is ready, and reaps what dead runs left be
     await farm.close()                         # or `async with DockerFarm(...) as farm`
 
 Creation failures (daemon errors, a container that dies during start-up) are retried with
-tenacity; when retries run out `acquire` raises `InfraError`, never a model failure.
+tenacity; when retries run out `acquire` raises `InfraError`, never a model failure. Sandboxes
+in use are watched for their disk budget (`envs.diskwatch`): one over it is removed and raises
+`DiskBudgetExceeded`, a policy failure.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from envs import containers, reaper
 from envs.config import FarmConfig, SandboxLimits
+from envs.diskwatch import DiskWatchdog
 from envs.pool import PoolKey, WarmPool
 from envs.protocol import InfraError
 from envs.sandbox import DockerSandbox, ImageMissing
@@ -62,6 +65,7 @@ class FarmStats:
     removed: int = 0
     remove_errors: int = 0
     reaped: int = 0
+    disk_kills: int = 0
     in_use: int = 0
     peak_in_use: int = 0
 
@@ -87,6 +91,8 @@ class DockerFarm:
         self._image_lock = asyncio.Lock()
         self._cleanup: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
+        self.diskwatch = DiskWatchdog(lambda: self.client, run_id)
+        self._diskwatcher: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -107,6 +113,7 @@ class DockerFarm:
         if self._closed:
             raise RuntimeError("the farm is closed")
         self._reaper = asyncio.ensure_future(self._reap_forever())
+        self._diskwatcher = asyncio.ensure_future(self._watch_disk_forever())
         removed = await asyncio.to_thread(reaper.reap_dead_runs, self.client, self.run_id)
         self.stats.reaped += len(removed)
 
@@ -120,9 +127,10 @@ class DockerFarm:
     async def close(self) -> None:
         """Stop the reaper and the pool, wait for removals, then remove anything of this run."""
         self._closed = True
-        if self._reaper is not None:
-            self._reaper.cancel()
-            await asyncio.gather(self._reaper, return_exceptions=True)
+        loops = [t for t in (self._reaper, self._diskwatcher) if t is not None]
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
         await self.pool.close()
         await asyncio.gather(*list(self._cleanup), return_exceptions=True)
         if self._client is not None:
@@ -147,6 +155,14 @@ class DockerFarm:
             except Exception as e:  # noqa: BLE001 - a daemon hiccup must not stop the run
                 log.warning("reaper pass failed: %s: %s", type(e).__name__, e)
 
+    async def _watch_disk_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.disk_check_interval_s)
+            try:
+                self.stats.disk_kills += len(await self.diskwatch.check())
+            except Exception as e:  # noqa: BLE001 - a daemon hiccup must not stop the run
+                log.warning("disk budget check failed: %s: %s", type(e).__name__, e)
+
     # -- acquire ---------------------------------------------------------------------------
 
     @asynccontextmanager
@@ -164,10 +180,12 @@ class DockerFarm:
                 sb = await self._create(key, task.instance_id)
             self.stats.in_use += 1
             self.stats.peak_in_use = max(self.stats.peak_in_use, self.stats.in_use)
+            self.diskwatch.watch(sb)
             try:
                 yield sb
             finally:
                 self.stats.in_use -= 1
+                self.diskwatch.unwatch(sb)
                 await self._release(sb)
 
     async def prewarm(self, tasks: list[Task]) -> None:

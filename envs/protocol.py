@@ -14,6 +14,12 @@ class InfraError(Exception):
     """The infrastructure failed (daemon error, container died). Never a model failure."""
 
 
+class DiskBudgetExceeded(Exception):
+    """The agent's writes took the sandbox past its disk budget (`SandboxLimits.disk_budget_mb`)
+    and the farm removed it. A policy failure, deliberately not an `InfraError`: the agent loop
+    ends the episode with `EpisodeStatus.limit_disk`."""
+
+
 class CommandResult(BaseModel):
     """Result of one shell command in a sandbox."""
 

@@ -6,7 +6,9 @@
 
 The container's PID 1 is `sleep <lifetime>` under tini, so it ends and is removed by itself;
 `close()` removes it earlier. Docker and container failures raise `InfraError` subclasses, never
-a failed `CommandResult`; a missing file is the agent's business (`FileNotFoundError`).
+a failed `CommandResult`; a missing file is the agent's business (`FileNotFoundError`). Once the
+farm's disk watchdog has removed the sandbox (`kill_over_budget`), every operation raises
+`DiskBudgetExceeded` instead, the one in flight included.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Self
 
 from envs import containers
 from envs.config import FarmConfig, SandboxLimits
-from envs.protocol import CommandResult, InfraError
+from envs.protocol import CommandResult, DiskBudgetExceeded, InfraError
 from envs.session import SessionDied, ShellSession
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class DockerSandbox:
         self.workdir = workdir
         self.created = time.monotonic()
         self.closed = False
+        self.over_budget = ""
+        """Why the disk watchdog removed this sandbox; empty while it has not."""
         self.session = ShellSession(
             self._open_exec,
             start_timeout_s=config.session_start_timeout_s,
@@ -142,6 +146,23 @@ class DockerSandbox:
         except _docker_errors() as e:
             raise DockerError(f"remove {self.container_id[:12]}: {e}") from e
 
+    async def kill_over_budget(self, reason: str) -> None:
+        """The disk watchdog's verdict: remember `reason` and remove the container now (frees its
+        disk); running and later operations raise `DiskBudgetExceeded`. Idempotent."""
+        if self.over_budget or self.closed:
+            return
+        self.over_budget = reason
+        log.info("sandbox %s removed: %s", self.container_id[:12], reason)
+        try:
+            await asyncio.to_thread(containers.remove_container, self.client, self.container_id)
+        except _docker_errors() as e:
+            raise DockerError(f"remove {self.container_id[:12]}: {e}") from e
+
+    def _check_budget(self, cause: BaseException | None = None) -> None:
+        """Raise `DiskBudgetExceeded` (from `cause`) if the watchdog removed this sandbox."""
+        if self.over_budget:
+            raise DiskBudgetExceeded(self.over_budget) from cause
+
     async def _open_exec(self, argv: list[str]) -> Any:
         return await asyncio.to_thread(
             containers.open_exec_socket,
@@ -175,17 +196,22 @@ class DockerSandbox:
         max_bytes: int,
         persist: bool,
     ) -> CommandResult:
+        self._check_budget()
         if self.closed:
             raise InfraError("sandbox is closed")
         timeout = timeout_s if timeout_s is not None else self.config.command_timeout_s
         try:
-            return await self.session.run(
-                command, timeout, max_bytes, self.config.output_kill_bytes, persist=persist
-            )
-        except SessionDied as e:
-            return await self._after_shell_died(e)
-        except _docker_errors() as e:
-            raise DockerError(f"{type(e).__name__}: {e}") from e
+            try:
+                return await self.session.run(
+                    command, timeout, max_bytes, self.config.output_kill_bytes, persist=persist
+                )
+            except SessionDied as e:
+                return await self._after_shell_died(e)
+            except _docker_errors() as e:
+                raise DockerError(f"{type(e).__name__}: {e}") from e
+        except InfraError as e:  # the watchdog removed the container under the command
+            self._check_budget(e)
+            raise
 
     async def _after_shell_died(self, e: SessionDied) -> CommandResult:
         """The shell ended mid-command: infra if the container is gone, else a fresh shell."""
@@ -224,6 +250,7 @@ class DockerSandbox:
         timeout_s: float,
         user: str | None = None,
     ) -> tuple[bytes, bytes, int, bool, float]:
+        self._check_budget()
         start = time.monotonic()
         try:
             rc, out, err = await asyncio.to_thread(
@@ -239,10 +266,12 @@ class DockerSandbox:
         except _docker_errors() as e:
             await self._raise_if_dead(e)
             raise DockerError(f"exec: {type(e).__name__}: {e}") from e
+        self._check_budget()  # removed while it ran: the output is not the command's
         took = time.monotonic() - start
         return out, err, rc, rc == 137 and took >= timeout_s, took
 
     async def _raise_if_dead(self, cause: BaseException) -> None:
+        self._check_budget(cause)
         if not await self.is_running():
             raise ContainerDied(f"container {self.container_id[:12]} is gone") from cause
 
@@ -255,6 +284,7 @@ class DockerSandbox:
         """Bytes of a file (relative paths are relative to the workdir); follows symlinks."""
         import docker.errors
 
+        self._check_budget()
         target = self._abs(path)
         for _ in range(8):
             try:
@@ -268,6 +298,7 @@ class DockerSandbox:
                 await self._raise_if_dead(e)
                 raise FileNotFoundError(target) from e
             except _docker_errors() as e:
+                self._check_budget(e)
                 raise DockerError(f"read {target}: {e}") from e
         raise OSError(f"too many levels of symbolic links: {path}")
 
@@ -275,6 +306,7 @@ class DockerSandbox:
         """Write a file owned by the sandbox user; parent directories are created."""
         import docker.errors
 
+        self._check_budget()
         target = self._abs(path)
         parent, name = posixpath.split(target)
         tar = containers.tar_one_file(name, data, self.session.uid, self.session.gid, mode)
@@ -294,6 +326,7 @@ class DockerSandbox:
                 if made.exit_code != 0:
                     raise PermissionError(f"cannot create {parent}: {made.output.strip()}") from e
             except _docker_errors() as e:
+                self._check_budget(e)
                 raise DockerError(f"write {target}: {e}") from e
 
     async def apply_patch(self, patch: str, timeout_s: float = 60.0) -> CommandResult:

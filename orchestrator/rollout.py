@@ -73,6 +73,8 @@ async def run_rollout(
             traj.timings["sandbox"] = t_sandbox
         if traj.status in GRADED:
             await _grade(ctx, task, traj)
+        elif traj.status == EpisodeStatus.limit_disk:
+            traj.reward = 0.0  # the agent broke its sandbox: scored, nothing left to grade
     except asyncio.CancelledError:
         traj = ended[-1] if ended else traj
         traj.status, traj.reward = EpisodeStatus.cancelled, None

@@ -19,6 +19,9 @@ class EpisodeStatus(StrEnum):
     limit_steps = "limit_steps"
     limit_tokens = "limit_tokens"
     limit_time = "limit_time"
+    limit_disk = "limit_disk"
+    """The agent's writes took its sandbox past its disk budget and the farm removed it: a policy
+    failure, scored 0 without grading (the sandbox and its patch are gone)."""
     format_errors = "format_errors"
     model_timeout = "model_timeout"
     dropped_stale = "dropped_stale"

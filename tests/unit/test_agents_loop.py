@@ -16,7 +16,7 @@ from agents.loop import run_episode
 from agents.scaffolds import SUBMIT_SENTINEL, BashScaffold
 from agents.scripted import ScriptedModel, ScriptedReply
 from agents.tokenizer import Tokenizer
-from envs.protocol import InfraError
+from envs.protocol import DiskBudgetExceeded, InfraError
 from inference.protocol import CancelReason, Completion, RequestCancelled
 from swefleet.tinymodel import train_tokenizer
 from swefleet.types import EpisodeStatus, Task, Trajectory
@@ -89,6 +89,16 @@ class BrokenSandbox(LocalShellSandbox):
         raise InfraError("container died")
 
 
+class OverBudgetSandbox(LocalShellSandbox):
+    """The farm removed it for its disk budget: every operation raises DiskBudgetExceeded."""
+
+    async def run(self, command, timeout_s=None):
+        raise DiskBudgetExceeded("disk budget exceeded: 70 MiB > 64 MiB")
+
+    async def diff(self):
+        raise DiskBudgetExceeded("disk budget exceeded: 70 MiB > 64 MiB")
+
+
 SCENARIOS = {
     EpisodeStatus.unresolved: ([bash("ls"), SUBMIT], {}),
     EpisodeStatus.limit_steps: ([bash("ls")] * 5, {"max_steps": 3}),
@@ -104,6 +114,7 @@ SCENARIOS = {
     EpisodeStatus.model_timeout: ([RequestCancelled(CancelReason.timeout, "600s")], {}),
     EpisodeStatus.dropped_stale: ([RequestCancelled(CancelReason.stale, "v7 < v9")], {}),
     EpisodeStatus.infra_error: ([bash("ls")], {"sandbox": BrokenSandbox}),
+    EpisodeStatus.limit_disk: ([bash("ls")], {"sandbox": OverBudgetSandbox}),
     EpisodeStatus.cancelled: ([RequestCancelled(CancelReason.shutdown)], {}),
 }
 
