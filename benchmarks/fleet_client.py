@@ -14,7 +14,10 @@ server's own cost is excluded; wall time per request is reported too. The client
   client used before it moved to aiohttp);
 - plain aiohttp: one `aiohttp.ClientSession` (post, orjson parse): the floor of the transport
   the fleet client uses;
-- fleet: `FleetClient.generate` (routing, deadline, tenacity, response validation).
+- fleet: `FleetClient.generate` (routing, deadline, tenacity, response validation);
+- with `--streamed`, also fleet streamed: the same with `first_token_timeout_s` set, so every
+  request is streamed (one SSE chunk per token from the scripted server) and assembled
+  (`streamed_overhead_ms_per_request`).
 
 `fleet_logic_ms_per_request` = fleet - plain aiohttp. The last line is one JSON object.
 """
@@ -101,8 +104,11 @@ async def run_aiohttp(url: str, n: int, concurrency: int) -> tuple[float, float]
         return await _drive(n, concurrency, one)
 
 
-async def run_fleet(url: str, n: int, concurrency: int) -> tuple[float, float]:
-    async with FleetClient([url], InferenceConfig(request_timeout_s=60)) as fleet:
+async def run_fleet(
+    url: str, n: int, concurrency: int, first_token_timeout_s: float | None = None
+) -> tuple[float, float]:
+    cfg = InferenceConfig(request_timeout_s=60, first_token_timeout_s=first_token_timeout_s)
+    async with FleetClient([url], cfg) as fleet:
 
         async def one(i: int) -> None:
             c = await fleet.generate(PROMPT, max_tokens=MAX_TOKENS, episode_id=f"ep{i % 512}")
@@ -118,6 +124,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--pool-shards", type=int, default=16, help="clients of the pooled httpx run")
+    p.add_argument("--streamed", action="store_true", help="also time streamed fleet requests")
     args = p.parse_args()
     n, conc = args.requests, args.concurrency
     runs: dict[str, list[tuple[float, float]]] = {
@@ -126,12 +133,16 @@ def main() -> None:
         "aiohttp": [],
         "fleet": [],
     }
+    if args.streamed:
+        runs["streamed"] = []
     with start_scripted_server() as server:
         for r in range(args.repeats):
             runs["plain"].append(asyncio.run(run_plain(server.url, n, conc)))
             runs["pooled"].append(asyncio.run(run_plain(server.url, n, conc, args.pool_shards)))
             runs["aiohttp"].append(asyncio.run(run_aiohttp(server.url, n, conc)))
             runs["fleet"].append(asyncio.run(run_fleet(server.url, n, conc)))
+            if args.streamed:
+                runs["streamed"].append(asyncio.run(run_fleet(server.url, n, conc, 60.0)))
             cpu = " ".join(f"{k} {v[-1][0]:.2f}" for k, v in runs.items())
             wall = " ".join(f"{k} {v[-1][1]:.2f}" for k, v in runs.items())
             print(f"repeat {r}: cpu s {cpu} | wall s {wall}", flush=True)
@@ -163,6 +174,9 @@ def main() -> None:
         "target_ms_per_request": 1.0,
         "httpx_connection_resets_retried": RESETS["httpx"],
     }
+    if args.streamed:
+        result["streamed_overhead_ms_per_request"] = cpu["streamed"]
+        result["streamed_wall_ms_per_request"] = wall["streamed"]
     print(json.dumps(result))
 
 

@@ -134,9 +134,12 @@ class InferenceConfig(BaseModel):
     the prefill pool; the fleet's other servers are then the decode pool. Empty: every server
     does both phases."""
     first_token_timeout_s: float | None = Field(None, gt=0)
-    """Deadline from the start of a `generate` call to its first token: the prefill answer under
-    disaggregated serving (`RequestCancelled(timeout)`, never retried). Unified servers answer
-    unstreamed, so there only `request_timeout_s` applies. None: no separate deadline."""
+    """Deadline from the start of a `generate` call (routing, connecting and retries included) to
+    its first token; when it passes the call raises `RequestCancelled(timeout)` and is never
+    retried. Unified servers: requests are then sent with `stream: true` and the first streamed
+    token must arrive in time (the streamed chunks are assembled into the same completion as an
+    unstreamed answer); disaggregated serving: the prefill answer must. None: no separate
+    deadline, requests are not streamed (the fastest path), only `request_timeout_s` applies."""
     scrape_metrics: bool | None = None
     """Poll every server's `/metrics` every `concurrency.poll_interval_s` (also without adaptive
     concurrency) for KV-cache usage and the prefix-cache hit rate (`infer/kv_hit_rate`). None:

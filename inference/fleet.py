@@ -4,9 +4,9 @@ One `generate` call = one completion of exact prompt token ids, or one `RequestC
 reason:
 
 - `timeout`: the total deadline `request_timeout_s` (routing, retries, failover, generation)
-  passed, or under disaggregated serving `first_token_timeout_s` before the prefill answered
-  (connecting is bounded by `connect_timeout_s` and then retried elsewhere). Never retried: a timed-out generation may still be
-  running and retrying would double the load exactly when a server is slow.
+  passed, or `first_token_timeout_s` passed before the first token (connecting is bounded by
+  `connect_timeout_s` and then retried elsewhere). Never retried: a timed-out generation may
+  still be running and retrying would double the load exactly when a server is slow.
 - `stale`: no server serves a policy version >= `min_policy_version`, the answer came from
   older weights, or the server aborted the request because its weights changed.
 - `overload`: HTTP 429, or the retry budget ran out on 503s.
@@ -23,6 +23,13 @@ attempt first prefills on the prefill pool (`max_tokens=1`, `kv_transfer_params`
 `kv_transfer_params`; each phase is routed inside its pool by the same rule, a failure of either
 restarts the attempt at the prefill (on other servers), and `first_token_timeout_s` bounds the
 time to the prefill answer.
+
+First-token deadline on unified servers: with `first_token_timeout_s` set (and no prefill
+pool) every attempt is sent with `stream: true` (+ `stream_options.include_usage`) and the
+deadline covers routing, connecting and the wait for the first streamed token; the chunks are
+assembled into the same completion as an unstreamed answer (`inference/streaming.py`). Without
+a first-token deadline requests are not streamed (the fastest path). Leaving a stream early
+closes its connection: the embedded engine and vLLM then abort the request.
 
 HTTP: one aiohttp session (`inference/transport.py`; httpx cost ~3 ms of client CPU per request
 at 256 in flight, aiohttp + orjson well under 1 ms, benchmarks/fleet_client.py).
@@ -65,6 +72,7 @@ from inference.config import InferenceConfig
 from inference.disagg import decode_body, prefill_body, transfer_params
 from inference.protocol import CancelReason, Completion, RequestCancelled
 from inference.routing import PrefixCacheStats, Router, ServerState, percentile
+from inference.streaming import StreamAssembler, StreamError
 from inference.transport import ConnectFailed, ConnectionLost, Response, Transport
 from inference.wire import CompletionResponse, HealthResponse, UpdateWeightsResponse
 
@@ -114,11 +122,15 @@ class _Call:
     retries: int = 0
     waited: bool = False
     first_token_by: float | None = None
-    """Loop time by which the prefill answer must arrive (disaggregated serving)."""
+    """Loop time by which the first token (disaggregated serving: the prefill answer) must
+    arrive."""
+    stream: bool = False
+    """Attempts are streamed (first-token deadline on unified servers)."""
     prefill: tuple[ServerState, int | None] | None = None
     """Prefill server and its version of the current attempt (disaggregated serving)."""
     first_token_s: float = 0.0
-    """Seconds from the call's start to the prefill answer of the current attempt."""
+    """Seconds from the call's start to the prefill answer or first streamed token of the
+    current attempt."""
 
 
 class FleetClient:
@@ -191,8 +203,11 @@ class FleetClient:
         self.totals["requests"] += 1
         if self._poller is None and (self._limiters or cfg.scrape_metrics):
             self._poller = asyncio.create_task(self._poll_metrics(), name="fleet-metrics-poll")
-        if self.prefill_servers and cfg.first_token_timeout_s is not None:
+        if cfg.first_token_timeout_s is not None:
             call.first_token_by = asyncio.get_running_loop().time() + cfg.first_token_timeout_s
+            if not self.prefill_servers:
+                call.stream = True
+                call.body.update(stream=True, stream_options={"include_usage": True})
         try:
             async with asyncio.timeout(cfg.request_timeout_s):
                 completion = await self._attempts(call)
@@ -315,7 +330,8 @@ class FleetClient:
         out["infer/latency_p99_s"] = percentile(latencies, 99)
         # mean over servers of the time none of our requests was in flight since the last call
         out["infer/idle_fraction"] = sum(s.idle.take() for s in self._every) / max(
-            len(self._every), 1)
+            len(self._every), 1
+        )
         taken = [s.prefix.take() for s in self._every if s.prefix is not None]
         queries = sum(q for q, _ in taken)
         if queries > 0:  # prompt tokens served from the prefix cache since the previous call
@@ -373,6 +389,8 @@ class FleetClient:
         return server
 
     async def _attempt(self, call: _Call) -> Completion:
+        if call.stream:
+            return await self._streamed(call)
         body, headers = call.body, None
         if self.prefill_servers:  # disaggregated: prefill first, hand its KV to the decoder
             headers = {"X-Request-Id": f"cmpl-{uuid.uuid4().hex}"}
@@ -392,7 +410,53 @@ class FleetClient:
         server = call.server = await self._route(call, self._router)
         sent_version = server.version
         resp = await self._post(call, server, body, headers)
-        return self._completion(call, server, resp.content, sent_version)
+        data = CompletionResponse.model_validate_json(resp.content)
+        return self._completion(call, server, data, sent_version)
+
+    async def _streamed(self, call: _Call) -> Completion:
+        """One streamed attempt: `first_token_by` bounds routing, connecting and the first
+        token; the rest of the stream runs under the total deadline only."""
+        first_token = asyncio.timeout_at(call.first_token_by)
+        try:
+            async with first_token:
+                server = call.server = await self._route(call, self._router)
+                sent_version = server.version
+                data = await self._post_stream(call, server, first_token)
+        except TimeoutError:
+            if not first_token.expired():
+                raise
+            raise RequestCancelled(
+                CancelReason.timeout,
+                f"no first token within {self.config.first_token_timeout_s}s "
+                f"({call.server.url if call.server else 'not routed'})",
+            ) from None
+        return self._completion(call, server, data, sent_version)
+
+    async def _post_stream(
+        self, call: _Call, server: ServerState, first_token: asyncio.Timeout
+    ) -> CompletionResponse:
+        """POST with `stream: true`; lifts `first_token` once a token arrived."""
+        body = self._begin(call, server, call.body)
+        chunks = StreamAssembler()
+        try:
+            async with self._transport.stream(f"{server.url}/v1/completions", json=body) as stream:
+                if stream.status_code != 200:
+                    self._check_status(server, await stream.read())
+                async for payload in stream.events():
+                    chunks.add(payload)
+                    if first_token.when() is not None and (chunks.tokens or chunks.finished):
+                        first_token.reschedule(None)
+                        call.first_token_s = time.monotonic() - call.t0
+        except CONNECTION_ERRORS as exc:
+            raise self._lost(server, exc) from exc
+        except StreamError as exc:
+            raise RequestCancelled(CancelReason.server_error, f"{server.url}: {exc}") from None
+        finally:
+            self._end(server)
+        if not chunks.finished:
+            server.failures += 1
+            raise _Retryable(f"{server.url}: stream ended before the completion finished")
+        return chunks.response()
 
     async def _prefill(self, call: _Call, headers: dict[str, str]) -> dict:
         """Phase 1 of disaggregated serving: the prefill answer's `kv_transfer_params`."""
@@ -418,12 +482,7 @@ class FleetClient:
         self, call: _Call, server: ServerState, body: dict, headers: dict[str, str] | None
     ) -> Response:
         """One POST /v1/completions to `server`; a 200 answer or an exception for `generate`."""
-        call.tried.add(server.url)
-        server.attempts += 1
-        server.in_flight += 1
-        server.idle.started()
-        if self.config.cache_salt:
-            body = {**body, "cache_salt": f"{self.config.cache_salt_prefix}{server.version or 0}"}
+        body = self._begin(call, server, body)
         try:
             if headers is None:
                 resp = await self._transport.post(f"{server.url}/v1/completions", json=body)
@@ -432,17 +491,37 @@ class FleetClient:
                     f"{server.url}/v1/completions", json=body, headers=headers
                 )
         except CONNECTION_ERRORS as exc:
-            server.failures += 1
-            server.down_until = time.monotonic() + self.config.server_cooldown_s
-            raise _Retryable(f"{server.url}: {type(exc).__name__}: {exc}") from exc
+            raise self._lost(server, exc) from exc
         finally:
-            server.in_flight -= 1
-            server.idle.finished()
-            if self._limiters:
-                self._room.set()
+            self._end(server)
+        if resp.status_code != 200:
+            self._check_status(server, resp)
+        return resp
+
+    def _begin(self, call: _Call, server: ServerState, body: dict) -> dict:
+        """Count an attempt on `server`; the body with this server's `cache_salt`."""
+        call.tried.add(server.url)
+        server.attempts += 1
+        server.in_flight += 1
+        server.idle.started()
+        if self.config.cache_salt:
+            body = {**body, "cache_salt": f"{self.config.cache_salt_prefix}{server.version or 0}"}
+        return body
+
+    def _end(self, server: ServerState) -> None:
+        server.in_flight -= 1
+        server.idle.finished()
+        if self._limiters:
+            self._room.set()
+
+    def _lost(self, server: ServerState, exc: Exception) -> _Retryable:
+        server.failures += 1
+        server.down_until = time.monotonic() + self.config.server_cooldown_s
+        return _Retryable(f"{server.url}: {type(exc).__name__}: {exc}")
+
+    def _check_status(self, server: ServerState, resp: Response) -> None:
+        """Raise the retryable or final error of a non-200 answer."""
         status = resp.status_code
-        if status == 200:
-            return resp
         if status in RETRYABLE_STATUS:
             server.failures += 1
             if status == 503 and server.url in self._limiters:
@@ -457,9 +536,12 @@ class FleetClient:
         )
 
     def _completion(
-        self, call: _Call, server: ServerState, content: bytes, sent_version: int | None = None
+        self,
+        call: _Call,
+        server: ServerState,
+        data: CompletionResponse,
+        sent_version: int | None = None,
     ) -> Completion:
-        data = CompletionResponse.model_validate_json(content)
         choice = data.choices[0]
         ids = choice.token_ids
         lps = choice.logprobs.token_logprobs if choice.logprobs else None
@@ -490,6 +572,8 @@ class FleetClient:
             prefill_server, prefill_version = call.prefill
             version = min(version, prefill_version or 0)
             extra["prefill_server"] = prefill_server.url
+            extra["first_token_s"] = call.first_token_s
+        elif call.stream:
             extra["first_token_s"] = call.first_token_s
         if version < call.min_version:
             raise RequestCancelled(

@@ -250,9 +250,13 @@ def start_scripted_server(
     log_path: str | Path | None = None,
     startup_timeout_s: float = 60.0,
     kv_capacity: int = 0,
+    hang_token: int = -1,
+    token_delay_s: float = 0.0,
 ) -> ServerHandle:
     """Start the model-free `inference.scripted_server` (tests, benchmarks); `kv_capacity` > 0
-    makes it expose `vllm:kv_cache_usage_perc` = in-flight requests / kv_capacity."""
+    makes it expose `vllm:kv_cache_usage_perc` = in-flight requests / kv_capacity; requests
+    whose prompt starts with `hang_token` never answer (streamed: headers, then nothing);
+    `token_delay_s` spaces the tokens of a streamed answer."""
     argv = [
         sys.executable,
         "-m",
@@ -265,5 +269,9 @@ def start_scripted_server(
         str(policy_version),
         "--kv-capacity",
         str(kv_capacity),
+        "--hang-token",
+        str(hang_token),
+        "--token-delay-s",
+        str(token_delay_s),
     ]
     return start_server(argv, log_path=log_path, startup_timeout_s=startup_timeout_s)

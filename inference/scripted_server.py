@@ -8,6 +8,11 @@ It speaks the same wire schemas as the embedded engine (`inference/wire.py`): co
 completions so tests can prove a request was (not) retried, and records the peak of requests in
 flight and the `cache_salt`s seen.
 
+`stream: true` answers Server-Sent Events shaped as the embedded engine's (`inference/wire.py`):
+one chunk per token (`--token-delay-s` apart), the last with `finish_reason` and the swefleet
+extras, a usage chunk with `stream_options.include_usage`, `data: [DONE]`; a `--hang-token`
+request then sends its headers and never a token.
+
 With `--kv-capacity N` `/metrics` also exposes vLLM's `vllm:kv_cache_usage_perc` as
 min(1, requests in flight / N), for the fleet's adaptive concurrency. vLLM 0.26's dev routes
 used for weight updates are emulated: `/pause`, `/resume`, and `/collective_rpc` with method
@@ -35,10 +40,12 @@ import argparse
 import asyncio
 import logging
 import uuid
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from inference.serving import serve
 from inference.wire import (
@@ -46,6 +53,8 @@ from inference.wire import (
     CompletionLogProbs,
     CompletionRequest,
     CompletionResponse,
+    CompletionStreamChoice,
+    CompletionStreamResponse,
     HealthResponse,
     UpdateWeightsRequest,
     UpdateWeightsResponse,
@@ -65,6 +74,59 @@ def scripted_tokens(
 
 
 BLOCK = 16
+
+
+async def stream_events(
+    body: CompletionRequest, answer: CompletionResponse, token_delay_s: float, hang: bool
+) -> AsyncIterator[bytes]:
+    """`answer` as a vLLM-shaped SSE stream: one chunk per token, extras on the last one."""
+    if hang:
+        await asyncio.sleep(24 * 3600)
+    full = answer.choices[0]
+    deltas = [[token] for token in full.token_ids or ()] or [[]]  # max_tokens 0: one empty chunk
+    for i, delta in enumerate(deltas):
+        if token_delay_s and i:
+            await asyncio.sleep(token_delay_s)
+        last = i == len(deltas) - 1
+        logprobs = None
+        if full.logprobs is not None:
+            logprobs = CompletionLogProbs(
+                text_offset=[0] * len(delta),
+                token_logprobs=[-0.5] * len(delta),
+                tokens=[f"token_id:{t}" for t in delta],
+                top_logprobs=[None] * len(delta),
+            )
+        choice = CompletionStreamChoice(
+            index=0,
+            text="",
+            logprobs=logprobs,
+            finish_reason=full.finish_reason if last else None,
+            stop_reason=None,
+            prompt_token_ids=None,
+            token_ids=delta,
+        )
+        chunk = CompletionStreamResponse(
+            id=answer.id,
+            object="text_completion",
+            created=answer.created,
+            model=answer.model,
+            choices=[choice],
+        )
+        if last:
+            chunk.policy_version = answer.policy_version
+            chunk.policy_version_final = answer.policy_version_final
+            chunk.usage = answer.usage
+        yield b"data: " + chunk.model_dump_json(exclude_unset=True).encode() + b"\n\n"
+    if body.stream_options and body.stream_options.include_usage:
+        usage = CompletionStreamResponse(
+            id=answer.id,
+            created=answer.created,
+            model=answer.model,
+            choices=[],
+            usage=answer.usage,
+        )
+        yield b"data: " + usage.model_dump_json(exclude_none=True).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
 
 
 class PrefixCache:
@@ -127,6 +189,7 @@ def create_app(
     kv_capacity: int = 0,
     role: str = "both",
     prefix_cache: bool = False,
+    token_delay_s: float = 0.0,
 ) -> FastAPI:
     app = FastAPI(title="swefleet scripted server")
     state = {"version": policy_version, "completions": 0, "delay_s": delay_s}
@@ -159,8 +222,8 @@ def create_app(
             raise HTTPException(404, f"no KV blocks held for {request_id}")
         return {"prompt": kv["held"].pop(request_id)}
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> CompletionResponse:
+    @app.post("/v1/completions", response_model=CompletionResponse)
+    async def completions(body: CompletionRequest, request: Request) -> Any:
         if body.cache_salt is not None:
             salts[body.cache_salt] = salts.get(body.cache_salt, 0) + 1
         load["in_flight"] += 1
@@ -171,7 +234,8 @@ def create_app(
         finally:
             load["in_flight"] -= 1
         prompt = body.prompt if isinstance(body.prompt, list) else [ord(c) for c in body.prompt]
-        if hang_token >= 0 and prompt and prompt[0] == hang_token:
+        hang = hang_token >= 0 and bool(prompt) and prompt[0] == hang_token
+        if hang and not body.stream:
             await asyncio.sleep(24 * 3600)  # a hung request: only the client's deadline ends it
         transfer = await disaggregated(body, request, prompt) if role != "both" else {}
         if cache is not None and role != "decode":  # a decode server pulls, it does not look up
@@ -189,7 +253,7 @@ def create_app(
             finish_reason=finish,
             logprobs=logprobs if body.logprobs is not None else None,
         )
-        return CompletionResponse(
+        answer = CompletionResponse(
             model="scripted",
             choices=[choice],
             usage=Usage(
@@ -201,6 +265,10 @@ def create_app(
             policy_version_final=state["version"],
             kv_transfer_params=transfer or None,
         )
+        if body.stream:
+            events = stream_events(body, answer, token_delay_s, hang)
+            return StreamingResponse(events, media_type="text/event-stream")
+        return answer
 
     @app.get("/health")
     async def health() -> HealthResponse:
@@ -277,6 +345,9 @@ def main(argv: list[str] | None = None) -> None:
         help="requests whose prompt starts with this id never answer (stragglers)",
     )
     p.add_argument(
+        "--token-delay-s", type=float, default=0.0, help="streamed answers: seconds per token"
+    )
+    p.add_argument(
         "--kv-capacity",
         type=int,
         default=0,
@@ -304,6 +375,7 @@ def main(argv: list[str] | None = None) -> None:
             args.kv_capacity,
             args.role,
             args.prefix_cache,
+            args.token_delay_s,
         ),
         args.host,
         args.port,

@@ -17,10 +17,16 @@ aiohttp's own timers are used only for the TCP connect (`connect_timeout_s`) and
 calls given `timeout_s`; completions run under the caller's `asyncio.timeout` deadline (a
 timeout there is `asyncio.TimeoutError` raised by the caller's context, never mapped here).
 The session is created lazily inside the running loop (aiohttp binds it to that loop).
+
+`stream` opens a POST whose answer is read as Server-Sent Events (`data:` payloads, split here
+on newlines without aiohttp's 128 KiB line limit: a last chunk with routed experts is large);
+leaving it before the end closes the connection, which the server sees as a disconnect.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -58,6 +64,35 @@ class Response:
         return orjson.loads(self.content)
 
 
+class EventStream:
+    """An answer being received: status now, then the body or its SSE `data:` payloads."""
+
+    __slots__ = ("_resp", "status_code")
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self.status_code = resp.status
+
+    async def read(self) -> Response:
+        return Response(self.status_code, await self._resp.read())
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """Each `data:` payload until `data: [DONE]` or the end of the body."""
+        parts: list[bytes] = []  # of the line being received (joined once it is complete)
+        async for piece in self._resp.content.iter_any():
+            parts.append(piece)
+            if b"\n" not in piece:
+                continue
+            lines = b"".join(parts).split(b"\n")
+            parts = [lines.pop()]
+            for line in lines:
+                if line.startswith(b"data:"):
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        return
+                    yield payload
+
+
 class Transport:
     """Connection pool over every server of a fleet (`max_connections` in all)."""
 
@@ -91,6 +126,21 @@ class Transport:
         data = orjson.dumps(json) if json is not None else None
         hdrs = {**_JSON, **headers} if headers else _JSON
         return await self._request("POST", url, data, params, hdrs, timeout_s)
+
+    @asynccontextmanager
+    async def stream(
+        self, url: str, *, json: Any, headers: dict[str, str] | None = None
+    ) -> AsyncIterator[EventStream]:
+        """POST `json` and hand over the answer as it arrives (no timeout of its own: run it
+        under the caller's deadlines); transport failures map as in `post`."""
+        hdrs = {**_JSON, **headers} if headers else _JSON
+        try:
+            async with self._open().post(url, data=orjson.dumps(json), headers=hdrs) as resp:
+                yield EventStream(resp)
+        except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
 
     async def get(self, url: str, *, timeout_s: float | None = None) -> Response:
         return await self._request("GET", url, None, None, None, timeout_s)

@@ -7,7 +7,8 @@
   we answer those with 400), `max_tokens` (default 16), `temperature` (None -> 1.0), `top_p`
   (None -> 1.0), `seed`, `logprobs` (int >= 0: the sampled token's logprob plus the top
   `logprobs` alternatives), `stop_token_ids`, `ignore_eos`, `return_token_ids`,
-  `skip_special_tokens`, `cache_salt` (accepted, no prefix cache here); fields we do not implement (`n` > 1, `stream`, `stop` strings, `echo`,
+  `skip_special_tokens`, `cache_salt` (accepted, no prefix cache here), `stream` +
+  `stream_options` (see below); fields we do not implement (`n` > 1, `stop` strings, `echo`,
   `top_k`, `min_p`, `min_tokens`, penalties, `logit_bias`, `prompt_logprobs`) are answered
   with 400 unless neutral; other unknown fields are ignored, as vLLM does;
 - response `choices[0]` has `text`, `token_ids` (generated ids, EOS/stop id included, as vLLM),
@@ -20,12 +21,24 @@
   i.e. the model's distribution at temperature 1 before top-p, whatever `temperature` and
   `top_p` the token was sampled with.
 
+Streaming (`stream: true`) follows vLLM's `completion_stream_generator`: Server-Sent Events
+`data: <CompletionStreamResponse JSON>` per engine step that produced tokens (several tokens per
+chunk when the reader lags), `choices[0]` with the delta `text`, delta `token_ids`,
+`prompt_token_ids` (first chunk only, with `return_token_ids`), delta `logprobs` (text_offset
+continuing from the text streamed so far), `finish_reason`/`stop_reason` on the last token's
+chunk; with `stream_options.include_usage` one more chunk with `choices: []` and `usage`
+(`continuous_usage_stats`: usage on every chunk too); then `data: [DONE]`. An error after the
+stream started is a `data: {"error": {...}}` event, as vLLM sends.
+
 Differences (extensions) of the embedded engine: `token_ids` is returned even without
 `return_token_ids`; top-level `policy_version` (weights version when the request's first token
 was generated), `policy_version_final` (version at its last token; differs when weights changed
 mid-request) and `abort_reason` (`weight_update`, `cancelled`, `shutdown` when
 `finish_reason == "abort"`). vLLM servers return none of them; the client then uses the version
-it last set with `update_weights`.
+it last set with `update_weights`. Streamed: delta `token_ids` even without `return_token_ids`;
+the chunk with `finish_reason` also carries `policy_version`, `policy_version_final`,
+`abort_reason`, `routed_experts` (in the choice) and the full `usage` (with
+`prompt_tokens_details.cached_tokens`), whether or not `include_usage` was asked for.
 """
 
 from __future__ import annotations
@@ -35,6 +48,17 @@ import uuid
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class StreamOptions(BaseModel):
+    """vLLM 0.26.0 `StreamOptions` (`entrypoints/openai/engine/protocol.py`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool | None = False
+    """Send a last chunk with `choices: []` and the request's `usage`."""
+    continuous_usage_stats: bool | None = False
+    """With `include_usage`: `usage` so far on every chunk too."""
 
 
 class CompletionRequest(BaseModel):
@@ -53,7 +77,8 @@ class CompletionRequest(BaseModel):
     ignore_eos: bool = False
     return_token_ids: bool | None = None
     n: int = 1
-    stream: bool = False
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
     skip_special_tokens: bool = True
     cache_salt: str | None = None
     """vLLM: prefix-cache salt (the fleet sends one per policy version); the embedded engine has
@@ -77,7 +102,6 @@ class CompletionRequest(BaseModel):
         """Fields set to something the embedded engine does not implement."""
         neutral = {
             "n": 1,
-            "stream": False,
             "stop": None,
             "echo": False,
             "top_k": (None, 0, -1),
@@ -156,6 +180,38 @@ class CompletionResponse(BaseModel):
     abort_reason: str | None = None
     kv_transfer_params: dict[str, Any] | None = None
     """vLLM: the prefill server's handle for the decode server (disaggregated serving)."""
+
+
+class CompletionStreamChoice(BaseModel):
+    """vLLM 0.26.0 `CompletionResponseStreamChoice` (+ `routed_experts` on the last chunk)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    index: int = 0
+    text: str = ""
+    logprobs: CompletionLogProbs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    routed_experts: str | None = None
+
+
+class CompletionStreamResponse(BaseModel):
+    """One `data:` event of a streamed completion (vLLM 0.26.0 `CompletionStreamResponse`);
+    `policy_version*` and `abort_reason` are swefleet extensions on the last chunk."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    object: str = "text_completion"
+    created: int
+    model: str = ""
+    choices: list[CompletionStreamChoice]
+    usage: Usage | None = None
+    policy_version: int | None = None
+    policy_version_final: int | None = None
+    abort_reason: str | None = None
 
 
 class UpdateWeightsRequest(BaseModel):

@@ -9,7 +9,9 @@ left-padded batch of per-prompt caches, any model) or `static` (preallocated slo
 prefill, CUDA-graph decode; Llama-family models); `auto` takes static on CUDA when it can.
 
 All methods except the thread's own are thread-safe; results are delivered by calling each
-request's `on_done` from the generation thread (the server turns that into an asyncio future).
+request's `on_done` from the generation thread (the server turns that into an asyncio future);
+a streamed request also gets `on_token(token, logprob, top)` per sampled token that does not
+end it (the last ones arrive with `on_done`'s result; `stream.py` hands them to the event loop).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class _Seq:
     top: list[list[tuple[int, float]]] = field(default_factory=list)
     version_start: int | None = None
     cached_tokens: int = 0
+    on_token: Callable[[int, float, list[tuple[int, float]] | None], None] | None = None
 
 
 @dataclass
@@ -193,9 +196,16 @@ class Engine:
         return len(self._running), len(self._waiting)
 
     def submit(
-        self, prompt_ids: list[int], params: SamplingParams, on_done: Callable[[Any], None]
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_done: Callable[[Any], None],
+        on_token: Callable[[int, float, list[tuple[int, float]] | None], None] | None = None,
     ) -> str:
-        """Queue a request; `on_done` later gets a `GenerationResult` or an exception."""
+        """Queue a request; `on_done` later gets a `GenerationResult` or an exception;
+        `on_token` (streaming) gets each sampled token that does not end the request, its
+        logprob and its top alternatives (None unless `top_logprobs`), from the generation
+        thread as soon as it is sampled; the result holds every token, the last ones included."""
         self._validate(prompt_ids, params)
         seq = _Seq(
             f"seq-{next(self._ids)}",
@@ -208,6 +218,7 @@ class Engine:
                 make_generator(params.seed),
                 params.top_logprobs,
             ),
+            on_token=on_token,
         )
         with self._cv:
             if not self.alive:
@@ -365,6 +376,10 @@ class Engine:
             elif len(seq.token_ids) >= min(p.max_tokens, self.max_model_len - len(seq.prompt_ids)):
                 self._finish(seq, "length")
             else:
+                if seq.on_token is not None:  # a finishing token comes with the result instead
+                    self._call_token(
+                        seq, token, out.logprobs[i], out.top[i] if p.top_logprobs else None
+                    )
                 continue
             finished.add(i)
         return finished
@@ -410,6 +425,14 @@ class Engine:
                 self._finish(seq, "abort", abort_reason=why)
         for update in updates:
             self._call(update.on_done, EngineDead(f"engine stopped: {why!r}"))
+
+    @staticmethod
+    def _call_token(seq: _Seq, token: int, logprob: float, top: Any) -> None:
+        try:
+            seq.on_token(token, logprob, top)  # type: ignore[misc]
+        except Exception:
+            log.exception("token callback failed")
+            seq.on_token = None
 
     @staticmethod
     def _call(callback: Callable[[Any], None], value: Any) -> None:

@@ -2,12 +2,14 @@
 
     python -m inference.engine.server --model DIR --host 127.0.0.1 --port P [--device cpu]
 
-Endpoints: POST /v1/completions (vLLM-shaped, see `inference/wire.py`), GET /v1/models,
+Endpoints: POST /v1/completions (vLLM-shaped, `stream: true` too, see `inference/wire.py` and
+`inference/engine/stream.py`), GET /v1/models,
 POST /tokenize, GET /health (policy_version), GET /metrics (Prometheus text),
 POST /update_weights {"path", "version", "abort_in_flight"}.
 
 The model runs on the engine's own thread; handlers only wait on futures, so the event loop
-stays free. A client that disconnects (e.g. its deadline passed) cancels its sequence.
+stays free. A client that disconnects (e.g. its deadline passed) cancels its sequence, streamed
+or not.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from inference.engine.core import Engine, EngineDead, GenerationResult, QueueFull, SamplingParams
 from inference.engine.metrics import render
 from inference.engine.model import LoadedModel
+from inference.engine.stream import ChunkWriter, EngineStreamResponse, TokenStream, sse_chunks
 from inference.engine.weights import read_weights
 from inference.serving import serve
 from inference.wire import (
@@ -110,6 +113,8 @@ class Handlers:
     def params(self, body: CompletionRequest) -> SamplingParams:
         if unsupported := body.unsupported():
             raise HTTPError(400, f"not supported by the embedded engine: {unsupported}")
+        if body.stream_options is not None and not body.stream:
+            raise HTTPError(400, "Stream options can only be defined when `stream=True`.")
         return SamplingParams(
             max_tokens=body.max_tokens,
             temperature=1.0 if body.temperature is None else body.temperature,
@@ -133,6 +138,25 @@ class Handlers:
         if isinstance(result, BaseException):
             raise HTTPError(503, str(result))
         return self.response(body, prompt_ids, result)
+
+    def stream(self, body: CompletionRequest) -> EngineStreamResponse:
+        """Submit with a per-token callback and answer Server-Sent Events; errors before the
+        first byte (bad request, queue full) are plain HTTP errors as without streaming."""
+        prompt_ids, params = self.prompt_ids(body), self.params(body)
+        stream = TokenStream(asyncio.get_running_loop())
+        try:
+            seq_id = self.engine.submit(prompt_ids, params, stream.done, stream.push)
+        except ValueError as exc:
+            raise HTTPError(400, str(exc)) from exc
+        except (QueueFull, EngineDead) as exc:
+            raise HTTPError(503, str(exc)) from exc
+        writer = ChunkWriter(body, prompt_ids, self.name, self.loaded.tokenizer, self.token_str)
+
+        def on_close() -> None:
+            if not stream.finished:  # the client went away (or the server stops): free the slot
+                self.engine.cancel(seq_id)
+
+        return EngineStreamResponse(sse_chunks(stream, writer), on_close)
 
     def token_str(self, token: int) -> str:
         tok = self.loaded.tokenizer
@@ -232,8 +256,10 @@ def create_app(loaded: LoadedModel, engine: Engine, served_name: str = "") -> Fa
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(400, str(exc.errors()))
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> CompletionResponse:
+    @app.post("/v1/completions", response_model=CompletionResponse)
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        if body.stream:
+            return h.stream(body)
         return await h.complete(body, request)
 
     @app.get("/health")
