@@ -42,28 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 
-PRESETS = {
-    "tiny": {
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "vocab_size": 1024,
-        "tie_word_embeddings": False,
-    },
-    "qwen3-0.6b": {
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "vocab_size": 151936,
-        "tie_word_embeddings": True,
-    },
-}
+from benchmarks.shapes import QWEN3_SHAPES
+
+PRESETS = {name: QWEN3_SHAPES[name] for name in ("tiny", "qwen3-0.6b")}
 WORKLOADS = {"tiny": (8, 64, 32), "qwen3-0.6b": (64, 512, 256)}
 #: conversations, first prompt, user tokens added per turn, generated per turn, turns
 MULTI_TURN = {"tiny": (8, 1024, 64, 16, 4), "qwen3-0.6b": (64, 2048, 128, 128, 4)}

@@ -51,28 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 
-PRESETS = {
-    "tiny": {
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "vocab_size": 1024,
-        "tie_word_embeddings": False,
-    },
-    "qwen3-1.7b": {
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "vocab_size": 151936,
-        "tie_word_embeddings": True,
-    },
-}
+from benchmarks.shapes import QWEN3_SHAPES
+
+PRESETS = {name: QWEN3_SHAPES[name] for name in ("tiny", "qwen3-1.7b")}
 DEFAULT_SIZES = {"tiny": (256, 2), "qwen3-1.7b": (8192, 2)}
 CUDA_VARIANTS = (
     "ours:ac=none:compile=1,hf,hf:ckpt=1,ours:ac=none:compile=1:mb=8192,ours:attn=sdpa:compile=1"
