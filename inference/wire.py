@@ -182,19 +182,10 @@ class CompletionResponse(BaseModel):
     """vLLM: the prefill server's handle for the decode server (disaggregated serving)."""
 
 
-class CompletionStreamChoice(BaseModel):
-    """vLLM 0.26.0 `CompletionResponseStreamChoice` (+ `routed_experts` on the last chunk)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    index: int = 0
-    text: str = ""
-    logprobs: CompletionLogProbs | None = None
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-    prompt_token_ids: list[int] | None = None
-    token_ids: list[int] | None = None
-    routed_experts: str | None = None
+class CompletionStreamChoice(CompletionChoice):
+    """vLLM 0.26.0 `CompletionResponseStreamChoice`: the same fields as a whole choice, holding
+    the chunk's delta (`text`, `token_ids`, `logprobs`); `prompt_token_ids` on the first chunk,
+    `finish_reason` / `stop_reason` / `routed_experts` on the last token's chunk."""
 
 
 class CompletionStreamResponse(BaseModel):
