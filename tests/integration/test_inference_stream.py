@@ -185,14 +185,18 @@ async def test_client_leaving_a_stream_frees_the_engine_slot(engine):
     assert await wait_metric(url, "vllm:num_requests_running", 0) == 0
     assert metric(url, "vllm:request_success_total", 'reason="abort"') == aborts + 1
 
+    # greedy: the fleet sends no `ignore_eos`, and a sampled EOS (1 in ~1000 per token for the
+    # random model) would end the request before it can be cancelled; greedy never picks it here
     cfg = InferenceConfig(
-        request_timeout_s=60.0, first_token_timeout_s=10.0, max_tokens_per_turn=100_000
+        request_timeout_s=60.0, first_token_timeout_s=10.0, max_tokens_per_turn=100_000,
+        temperature=0.0,
     )
     async with FleetClient([url], cfg) as fleet:
         task = asyncio.create_task(fleet.generate(PROMPT, max_tokens=100_000))
         assert await wait_metric(url, "vllm:num_requests_running", 1) == 1
         await asyncio.sleep(0.3)  # tokens are flowing
-        assert fleet.servers[0].in_flight == 1 and not task.done()
+        assert not task.done(), task.result()  # still streaming (no EOS)
+        assert fleet.servers[0].in_flight == 1
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
