@@ -46,14 +46,16 @@ class TrainerConfig(BaseModel):
     for `varlen`). A single longer sample still forms its own micro-batch."""
     device: Literal["cpu", "cuda", "auto"] = "auto"
     """Where to train; `auto` picks cuda when available."""
-    attention: Literal["auto", "sdpa", "varlen", "flex"] = "auto"
+    attention: Literal["auto", "sdpa", "varlen", "flex", "cudnn"] = "auto"
     """Attention kernel. Masks always come from the samples' lengths (cu_seqlens), never EOS.
     `sdpa`: each sample its own causal row, right-padded to the longest of its micro-batch
     (CPU; on CUDA torchtitan's SDPA prefers cuDNN: fastest when samples have similar lengths).
     The packed kernels put a micro-batch's samples into one row (CUDA, bf16): `varlen` torch's
-    FlashAttention-2 varlen (measured, the default); `flex` FlexAttention with a
-    document-causal block mask (experimental: not yet measured on the H200). `auto`: varlen on
-    cuda, sdpa on cpu."""
+    FlashAttention-2 varlen; `flex` FlexAttention with a
+    document-causal block mask (experimental: not yet measured on the H200); `cudnn` samples of
+    >= 1024 tokens through cuDNN's fused attention one by one and runs of shorter ones through
+    FA2 varlen (`trainer.packed_attention`; on the H200 1.13x varlen's step at 8k tokens).
+    `auto`: cudnn on Hopper or newer GPUs, varlen on older ones (bf16), sdpa on cpu."""
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     """Autocast dtype of the forward (master weights and optimizer state stay fp32)."""
     lm_head_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
@@ -72,6 +74,13 @@ class TrainerConfig(BaseModel):
     """Which linears go float8: `auto` skips those too small to gain (torchao's size heuristic
     per recipe; not for rowwise_with_gw_hp), `all` converts every linear whose dims are
     multiples of 16 (MoE routers never)."""
+    expert_parallel: int = Field(1, ge=1)
+    """Expert parallelism (Qwen3-MoE only): each MoE layer's experts are split by expert over
+    this many ranks, borrowed from the FSDP ranks (torchtitan's dp2ep: no extra GPUs), and
+    tokens travel to their experts' rank and back by all-to-all. Must divide the number of
+    ranks and the number of experts. Expert weights are then FSDP-sharded over only
+    ranks / expert_parallel ranks: less all-gather traffic, the all-to-alls instead. 1: experts
+    are FSDP-sharded like every other weight."""
     profile_moe: bool = False
     """Time each MoE layer's forward phases (route, dispatch, experts, combine) every step
     (`moe/...` metrics, `trainer/moe_profile.py`). Breaks compiled graphs at the hooks: for

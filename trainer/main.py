@@ -17,6 +17,7 @@ state starts afresh). A version that is already published is never rewritten.
 
 Several processes: under `torchrun --nproc-per-node N` the model is FSDP2-sharded over the N
 ranks (nccl on cuda, gloo on cpu); each trains a share of every batch, rank 0 writes files.
+With `expert_parallel` E > 1 (Qwen3-MoE) the experts are split by expert over E of those ranks.
 
 Exit codes: 0 after `max_steps` steps or on SIGTERM/SIGINT (a step in progress is finished and
 published first), 3 when no batch arrives within `batch_timeout_s`, 1 on any error.
@@ -95,6 +96,16 @@ def wait_for_batch(path: Path, cfg: TrainerConfig, stop: StopFlag) -> bool:
     return True
 
 
+def auto_attention(device: str, compute_dtype: str) -> str:
+    """`auto` attention: cudnn on Hopper or newer (measured fastest there: docs/benchmarks.md),
+    FA2 varlen on older GPUs, sdpa on CPU or in fp32."""
+    import torch
+
+    if device != "cuda" or compute_dtype != "bfloat16":
+        return "sdpa"
+    return "cudnn" if torch.cuda.get_device_capability() >= (9, 0) else "varlen"
+
+
 def resolve_runtime(cfg: TrainerConfig) -> tuple[str, str]:
     """(device, attention) with `auto` resolved and combinations checked."""
     import torch
@@ -106,14 +117,14 @@ def resolve_runtime(cfg: TrainerConfig) -> tuple[str, str]:
         raise RuntimeError("device='cuda' but CUDA is not available")
     attention = cfg.attention
     if attention == "auto":
-        attention = "varlen" if device == "cuda" and cfg.compute_dtype == "bfloat16" else "sdpa"
+        attention = auto_attention(device, cfg.compute_dtype)
     from trainer.titan import PACKED_ATTENTIONS
 
     if attention in PACKED_ATTENTIONS and device != "cuda":
         raise ValueError(f"attention={attention!r} packs samples with a CUDA kernel: needs "
                          "device='cuda' (use 'sdpa' on CPU)")
-    if attention == "varlen" and cfg.compute_dtype != "bfloat16":
-        raise ValueError("attention='varlen' (FlashAttention-2) needs compute_dtype='bfloat16'")
+    if attention in ("varlen", "cudnn") and cfg.compute_dtype != "bfloat16":
+        raise ValueError(f"attention={attention!r} (fused GPU kernels) needs compute_dtype='bfloat16'")
     return device, attention
 
 
@@ -162,6 +173,7 @@ def build_trainer(job: TrainerJob, source: Path, device: str, attention: str, wo
         fsdp_param_dtype=torch.bfloat16 if cfg.compute_dtype == "bfloat16" else torch.float32,
         float8=cfg.float8,
         float8_filter=cfg.float8_filter,
+        expert_parallel=cfg.expert_parallel,
     )
     return policy, build_optimizer(policy, cfg)
 
@@ -274,6 +286,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     import torch
 
     from trainer.step import train_step
+    from trainer.titan import expert_parallel_degree
 
     cfg = job.trainer
     torch.manual_seed(cfg.seed)
@@ -291,12 +304,14 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         log.info("resumed from %s (policy version %d)", ckpt, step)
     metrics_path = job.weights_dir.parent / "trainer_metrics.jsonl"
     end = None if job.max_steps is None else job.start_version + job.max_steps
+    ep = expert_parallel_degree(policy.model)
     log.info(
-        "loaded %s on %s x%d (%s attention); waiting for batches in %s from step %d",
+        "loaded %s on %s x%d (%s attention%s); waiting for batches in %s from step %d",
         source,
         device,
         world,
         attention,
+        f", expert parallel x{ep}" if ep > 1 else "",
         job.batches_dir,
         step,
     )

@@ -85,14 +85,23 @@ def _all_reduce(values: list[float], device: torch.device, op: str) -> list[floa
 
 
 def _clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Global gradient L2 norm (full norm under FSDP), then clip in place."""
+    """Global gradient L2 norm (full norm under FSDP), then clip in place. Gradients are
+    grouped by device mesh (with expert parallelism the experts' live on another mesh than the
+    rest, and DTensor ops cannot mix meshes): each group's norm is reduced over its mesh, then
+    the groups' norms are combined."""
     from torch.distributed.tensor import DTensor
 
-    grads = [p.grad for p in params if p.grad is not None]
-    total = torch.nn.utils.get_total_norm(grads, 2.0)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    groups: dict[object, list[torch.Tensor]] = {}
+    for p in params:
+        if p.grad is not None:
+            groups.setdefault(getattr(p.grad, "device_mesh", None), []).append(p)
+    norms = []
+    for group in groups.values():  # same order on every rank (parameter order)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in group], 2.0)
+        norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    total = torch.linalg.vector_norm(torch.stack(norms), 2.0) if norms else torch.zeros(())
+    for group in groups.values():
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
     return total
 
 

@@ -5,7 +5,7 @@ to torchtitan >= 0.3 (`ModelSpec`, `Configurable`) rewrites this file only; the 
 
 - `load_policy(ckpt_dir, device, attention, ...) -> Policy` (model + HF mapping + source dtype;
   float8 linears, activation checkpointing, per-block compile and FSDP2 through torchtitan's
-  converter and `parallelize_fn`),
+  converter and `parallelize_fn`; expert parallelism for Qwen3-MoE, see below),
 - `packed_attention_masks(attention, cu_seqlens, max_len, n_tokens)` (what the packed kernels
   take: varlen metadata or a FlexAttention block mask, both from the sample boundaries),
 - `policy_logprobs(policy, tokens, positions, masks, rows, targets, ...)` (the forward, with the
@@ -15,11 +15,20 @@ to torchtitan >= 0.3 (`ModelSpec`, `Configurable`) rewrites this file only; the 
 Attention kernels (`ATTENTIONS`): `sdpa` (one padded causal row per sample; torchtitan's SDPA
 wrapper prefers cuDNN), and two packed ones where samples share one row and the boundaries come
 from cu_seqlens: `varlen` (torch's FlashAttention-2 varlen) and `flex` (FlexAttention with a
-document-causal block mask, `trainer.attention`).
+document-causal block mask, `trainer.attention`), and `cudnn` (long samples through cuDNN one
+by one, runs of short ones through FA2 varlen: `trainer.packed_attention`).
 
 Models: Qwen3 dense (`model_type == "qwen3"`) and Qwen3-MoE (`qwen3_moe`, routers swapped for
 `trainer.router_replay.ReplayRouter`). Model args come from the checkpoint's config.json;
 weights from its safetensors via `Qwen3StateDictAdapter.from_hf`.
+
+Expert parallelism (`expert_parallel` = ep > 1, Qwen3-MoE only): torchtitan's dp2ep. The routed
+experts' weights are sharded by expert over ep of the FSDP ranks (`ExpertParallel`: each rank
+holds num_experts / ep experts; tokens go to their experts' rank and back by all-to-all after
+routing), and FSDP-sharded over the remaining world / ep ranks (`efsdp`); everything else is
+FSDP over all ranks as before. Gradients are sums on both meshes, so the update equals FSDP's.
+On CPU (gloo, tests) torchtitan's token permutation would launch a Triton kernel: a shim routes it
+to torchtitan's own CPU reference (`_cpu_permute_shim`).
 """
 
 from __future__ import annotations
@@ -34,8 +43,8 @@ import torch
 from torch import nn
 
 TRAIN_SPEC = "qwen3"
-ATTENTIONS = ("sdpa", "varlen", "flex")
-PACKED_ATTENTIONS = ("varlen", "flex")
+ATTENTIONS = ("sdpa", "varlen", "flex", "cudnn")
+PACKED_ATTENTIONS = ("varlen", "flex", "cudnn")
 """Kernels that take all samples of a micro-batch packed into one row."""
 FLOAT8_RECIPES = ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp")
 
@@ -57,6 +66,8 @@ class Policy:
     boundaries from cu_seqlens)."""
     dp_size: int = 1
     """FSDP degree (ranks sharding the parameters); 1 = plain module on one device."""
+    ep_size: int = 1
+    """Expert-parallel degree (MoE experts sharded by expert over this many of the dp ranks)."""
 
 
 class LogprobHead(nn.Module):
@@ -123,7 +134,8 @@ def model_args_from_hf(hf: dict, attention: str, device_type: str = "cpu") -> An
         _moe_args(args, hf, device_type)
     if attention not in ATTENTIONS:
         raise ValueError(f"attention {attention!r}: one of {ATTENTIONS}")
-    args.attn_type = attention
+    # cudnn runs through the model's varlen code path with its own inner attention module
+    args.attn_type = "varlen" if attention == "cudnn" else attention
     # cu_seqlens-based masks are built here, never torchtitan's EOS-based document masks.
     args.attn_mask_type = "block_causal" if attention in PACKED_ATTENTIONS else "causal"
     return args
@@ -146,6 +158,26 @@ def _moe_args(args: Any, hf: dict, device_type: str) -> None:
         use_grouped_mm=device_type == "cuda",
         load_balance_coeff=None,
     )
+
+
+def check_expert_parallel(hf: dict, expert_parallel: int, world: int) -> None:
+    """ValueError unless `expert_parallel` fits the model (config.json `hf`) and `world` ranks:
+    ep > 1 needs a Qwen3-MoE whose expert count and the world size are multiples of ep."""
+    ep = expert_parallel
+    if ep < 1:
+        raise ValueError(f"expert_parallel={ep}: must be >= 1")
+    if ep == 1:
+        return
+    if hf.get("model_type") != "qwen3_moe":
+        raise ValueError(
+            f"expert_parallel={ep} needs a MoE model (model_type "
+            f"{hf.get('model_type')!r} is dense): use expert_parallel=1"
+        )
+    if world % ep:
+        raise ValueError(f"expert_parallel={ep} must divide the number of ranks ({world})")
+    experts = hf.get("num_experts") or hf.get("num_local_experts") or 0
+    if experts % ep:
+        raise ValueError(f"expert_parallel={ep} must divide the number of experts ({experts})")
 
 
 def load_hf_tensors(ckpt_dir: Path) -> dict[str, torch.Tensor]:
@@ -172,6 +204,7 @@ def load_policy(
     fsdp_param_dtype: torch.dtype = torch.float32,
     float8: str = "none",
     float8_filter: str = "auto",
+    expert_parallel: int = 1,
 ) -> Policy:
     """Build the torchtitan Qwen3 on `meta`, materialise it on `device` in fp32, load the HF
     weights (strict: every parameter must come from the checkpoint), swap the block linears
@@ -179,12 +212,14 @@ def load_policy(
     torchtitan's `parallelize_fn`: activation checkpointing (`none|selective|full`; selective =
     op-level), per-block `torch.compile`, and FSDP2 over `dp_size` ranks (needs an initialised
     process group of that size; FSDP computes in `fsdp_param_dtype`, reduces in fp32, sums
-    gradients)."""
+    gradients), with the MoE experts sharded by expert over `expert_parallel` of those ranks
+    (`check_expert_parallel`)."""
     from torchtitan.protocols.train_spec import get_train_spec
 
     check_attention(attention, device)
     ckpt_dir = Path(ckpt_dir)
     hf = json.loads((ckpt_dir / "config.json").read_text())
+    check_expert_parallel(hf, expert_parallel, dp_size)
     args = model_args_from_hf(hf, attention, device.type)
     spec = get_train_spec(TRAIN_SPEC)
     with torch.device("meta"):
@@ -209,12 +244,20 @@ def load_policy(
     del hf_tensors, state
     _install_attention(model, attention)
     if float8 != "none":
-        convert_float8(model, float8, float8_filter, device, compile_blocks, dp_size)
+        convert_float8(
+            model, float8, float8_filter, device, compile_blocks, dp_size, expert_parallel
+        )
     if activation_checkpointing != "none" or compile_blocks or dp_size > 1:
         _parallelize(
-            spec, model, device, activation_checkpointing, compile_blocks, dp_size, fsdp_param_dtype
+            spec,
+            model,
+            device,
+            activation_checkpointing,
+            compile_blocks,
+            _parallel_dims(dp_size, expert_parallel),
+            fsdp_param_dtype,
         )
-    return Policy(model, adapter, hf, ckpt_dir, source_dtype, attention, dp_size)
+    return Policy(model, adapter, hf, ckpt_dir, source_dtype, attention, dp_size, expert_parallel)
 
 
 def check_attention(attention: str, device: torch.device) -> None:
@@ -228,7 +271,13 @@ def check_attention(attention: str, device: torch.device) -> None:
 def _install_attention(model: nn.Module, attention: str) -> None:
     """flex: compile flex_attention once without max-autotune (torchtitan's default autotunes
     for minutes and can exceed shared memory on the H200); inside a compiled block the block's
-    compile applies anyway."""
+    compile applies anyway. cudnn: every layer's varlen wrapper becomes
+    `trainer.packed_attention.PackedCudnnAttention`."""
+    if attention == "cudnn":
+        from trainer.packed_attention import PackedCudnnAttention
+
+        for layer in model.layers.values():
+            layer.attention.inner_attention = PackedCudnnAttention()
     if attention == "flex":
         from torch.nn.attention.flex_attention import flex_attention
         from torchtitan.models.attention import FlexAttentionWrapper
@@ -245,6 +294,7 @@ def convert_float8(
     device: torch.device,
     compile_blocks: bool,
     dp_size: int,
+    expert_parallel: int = 1,
 ) -> int:
     """Swap the transformer blocks' `nn.Linear`s for torchao `Float8Linear`s (torchtitan's
     float8 converter; same `weight` parameters, so state dicts and the HF mapping are
@@ -256,7 +306,6 @@ def convert_float8(
     only; no compile). Returns the number of converted linears."""
     from torchtitan.components.quantization.float8 import Float8LinearConverter
     from torchtitan.config import JobConfig
-    from torchtitan.distributed import ParallelDims
 
     if recipe not in FLOAT8_RECIPES or recipe == "none":
         raise ValueError(f"float8 recipe {recipe!r}: one of {FLOAT8_RECIPES[1:]}")
@@ -274,15 +323,49 @@ def convert_float8(
     fp8.filter_fqns = ["router"] + (["auto_filter_small_kn"] if filter_mode == "auto" else [])
     job.compile.enable = compile_blocks
     job.compile.components = ["model"]
-    dims = ParallelDims(
-        dp_replicate=1, dp_shard=dp_size, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=dp_size
-    )
-    converter = Float8LinearConverter(job, dims)
+    converter = Float8LinearConverter(job, _parallel_dims(dp_size, expert_parallel))
     if not getattr(converter, "enabled", False):
         raise RuntimeError("torchao is too old for float8 recipes (needs torchao >= 0.9)")
     before = sum(type(m) is nn.Linear for m in model.layers.modules())
     converter.convert(model.layers)
     return before - sum(type(m) is nn.Linear for m in model.layers.modules())
+
+
+def _parallel_dims(dp_size: int, expert_parallel: int) -> Any:
+    """torchtitan's ParallelDims: FSDP over all `dp_size` ranks, experts sharded over
+    `expert_parallel` of them (dp2ep; no TP/CP/PP/HSDP)."""
+    from torchtitan.distributed import ParallelDims
+
+    return ParallelDims(
+        dp_replicate=1,
+        dp_shard=dp_size,
+        cp=1,
+        tp=1,
+        pp=1,
+        ep=expert_parallel,
+        etp=1,
+        world_size=dp_size,
+    )
+
+
+def _cpu_permute_shim() -> None:
+    """EP on CPU: torchtitan 0.2.2's `_permute` (token regrouping after the all-to-all) calls
+    `generate_permute_indices` without `use_cpu`, which launches a Triton kernel ("0 active
+    drivers" without a GPU). Route CPU tensors to torchtitan's own CPU reference instead; CUDA
+    tensors keep the kernel. Idempotent."""
+    from torchtitan.models.moe import utils as moe_utils
+
+    kernel = moe_utils.generate_permute_indices
+    if getattr(kernel, "_swefleet_cpu", False):
+        return
+
+    def generate_permute_indices(tokens_per_expert_group, *args, **kwargs):
+        if tokens_per_expert_group.device.type == "cpu":
+            kwargs["use_cpu"] = True
+        return kernel(tokens_per_expert_group, *args, **kwargs)
+
+    generate_permute_indices._swefleet_cpu = True
+    moe_utils.generate_permute_indices = generate_permute_indices
 
 
 def _parallelize(
@@ -291,26 +374,26 @@ def _parallelize(
     device: torch.device,
     activation_checkpointing: str,
     compile_blocks: bool,
-    dp_size: int,
+    dims: Any,
     fsdp_param_dtype: torch.dtype,
 ) -> None:
-    """torchtitan's parallelize_fn on an already loaded model (FSDP2 shards the loaded tensors:
-    every rank must hold the same full weights)."""
+    """torchtitan's parallelize_fn with the parallel dims `dims` on an already loaded model
+    (FSDP2 and EP shard the loaded tensors: every rank must hold the same full weights)."""
     import torchtitan.distributed.parallel_dims as tt_parallel_dims
     from torchtitan.config import JobConfig
-    from torchtitan.distributed import ParallelDims
 
+    dp_size = dims.dp_shard
     job = JobConfig()
     job.activation_checkpoint.mode = activation_checkpointing
     job.activation_checkpoint.selective_ac_option = "op"
     job.compile.enable = compile_blocks
     job.compile.components = ["model"]
     job.parallelism.data_parallel_shard_degree = dp_size
+    job.parallelism.expert_parallel_degree = dims.ep
     job.training.mixed_precision_param = str(fsdp_param_dtype).removeprefix("torch.")
     job.training.mixed_precision_reduce = "float32"
-    dims = ParallelDims(
-        dp_replicate=1, dp_shard=dp_size, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=dp_size
-    )
+    if dims.ep > 1 and device.type == "cpu":
+        _cpu_permute_shim()
     if dp_size > 1:
         # torchtitan falls back to "cuda" without an accelerator; the mesh must match `device`
         tt_parallel_dims.device_type = device.type
@@ -322,6 +405,20 @@ def _parallelize(
         for m in model.modules():  # gloo has no PREMUL_SUM
             if isinstance(m, FSDPModule):
                 m.set_force_sum_reduction_for_comms(True)
+
+
+def expert_parallel_degree(model: nn.Module) -> int:
+    """How many ranks the MoE experts are split over by expert (the size of their `ep` mesh
+    dimension, as applied; 1 without EP or for dense models)."""
+    from torch.distributed.tensor import DTensor
+    from torchtitan.models.moe.moe import GroupedExperts
+
+    for m in model.modules():
+        if isinstance(m, GroupedExperts):
+            if not isinstance(m.w1, DTensor) or "ep" not in (m.w1.device_mesh.mesh_dim_names or ()):
+                return 1
+            return m.w1.device_mesh["ep"].size()
+    return 1
 
 
 def _clean_fqn(name: str) -> str:
@@ -359,7 +456,8 @@ def packed_attention_masks(
     attention: str, cu_seqlens: torch.Tensor, max_len: int, n_tokens: int
 ) -> Any:
     """What the packed kernel `attention` takes for samples packed into one row of `n_tokens`
-    with boundaries `cu_seqlens` (int, on the model's device): varlen metadata (`varlen`) or a
+    with boundaries `cu_seqlens` (int, on the model's device): varlen metadata (`varlen`; for
+    `cudnn` its `cu_seq_k` is the boundaries' CPU copy, which the per-sample plan reads) or a
     document-causal FlexAttention block mask (`flex`)."""
     if attention == "flex":
         from trainer.attention import document_block_mask
@@ -367,6 +465,9 @@ def packed_attention_masks(
         return document_block_mask(cu_seqlens.to(torch.int32), n_tokens)
     if attention == "varlen":
         return varlen_metadata(cu_seqlens, max_len)
+    if attention == "cudnn":
+        meta = varlen_metadata(cu_seqlens, max_len)
+        return meta._replace(cu_seq_k=meta.cu_seq_k.cpu())
     raise ValueError(f"attention {attention!r} is not a packed kernel")
 
 

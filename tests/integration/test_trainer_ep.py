@@ -1,0 +1,183 @@
+"""Expert parallelism on CPU: two `python -m trainer.main` ranks (gloo; the environment torchrun
+would set) with `expert_parallel=2` train a tiny Qwen3-MoE like one process does (same losses,
+expert loads, full-size exported weights), one step replaying given routed experts, and their
+DCP checkpoint (experts sharded by expert) resumes in one process and on two EP ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from swefleet import routed_experts
+from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
+from trainer.config import TrainerJob
+from trainer.main import StopFlag, run
+from trainer.replay_check import SHAPES, make_moe_checkpoint
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SHAPE = SHAPES["tiny"]  # 8 experts, top 2, 2 layers, vocab 256
+E, K, L = SHAPE["num_experts"], SHAPE["num_experts_per_tok"], SHAPE["num_hidden_layers"]
+REPLAYED_STEP = 1
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory) -> Path:
+    return make_moe_checkpoint(tmp_path_factory.mktemp("moe") / "tiny", "tiny", gain=1.0)
+
+
+def _routing(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Random distinct top-k expert ids per token and layer: [n, layers, top_k] uint8."""
+    return np.argsort(rng.random((n, L, E)), axis=-1)[..., :K].astype(np.uint8)
+
+
+def _batches(out: Path) -> Path:
+    """Steps 0-2, 5 samples of uneven lengths (the ranks get different micro-batch counts);
+    step REPLAYED_STEP carries routed experts."""
+    out.mkdir()
+    rng = np.random.default_rng(3)
+    for step in range(3):
+        samples = []
+        for i, n in enumerate([9, 31, 12, 7, 26]):
+            sample = {
+                "tokens": rng.integers(3, SHAPE["vocab_size"], n).tolist(),
+                "loss_mask": [False] * 2 + [True] * (n - 2),
+                "inference_logprobs": [0.0] * 2 + (-5 + rng.normal(0, 0.3, n - 2)).tolist(),
+                "advantage": float(i % 2 * 2 - 1),
+                "policy_version": step,
+            }
+            if step == REPLAYED_STEP:
+                sample["routed_experts"] = _routing(rng, n)
+            samples.append(sample)
+        write_batch(batch_path(out, step), pack_samples(samples), {"step": step})
+    return out
+
+
+def _job(model: Path, batches: Path, run_dir: Path, max_steps: int, ep: int) -> dict:
+    return {
+        "model": str(model),
+        "batches_dir": str(batches),
+        "weights_dir": str(run_dir / "weights"),
+        "max_steps": max_steps,
+        "trainer": {
+            "device": "cpu",
+            "lr": 3e-3,
+            "micro_batch_tokens": 24,
+            "logprob_chunk_size": 16,
+            "expert_parallel": ep,
+            "checkpoint_every": 1 if ep > 1 else None,
+            "batch_timeout_s": 5,
+        },
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(config: Path) -> list[subprocess.Popen]:
+    """Two trainer ranks with the environment torchrun would give them."""
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "OMP_NUM_THREADS": "1",
+        }
+        cmd = [sys.executable, "-m", "trainer.main", "--config", str(config)]
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    return procs
+
+
+def _finish(procs: list[subprocess.Popen]) -> list[str]:
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outs)
+    return outs
+
+
+def _records(run_dir: Path) -> dict[int, dict]:
+    lines = (run_dir / "trainer_metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines)}
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(path / "model.safetensors")
+
+
+def _assert_same_step(got: dict, want: dict) -> None:
+    for key in ("loss", "grad_norm", "entropy", "clip_fraction", "mismatch_kl"):
+        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
+    assert got["moe_load"] == want["moe_load"] and got["moe_replay"] == want["moe_replay"]
+
+
+def _assert_close_weights(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for k, value in got.items():
+        # Adam's first updates are +-lr (3e-3) per element; a coordinate whose gradient is
+        # ~0 may move by a few 1e-6 under another summation order
+        torch.testing.assert_close(value, want[k], rtol=1e-4, atol=3e-5)
+
+
+def test_two_rank_expert_parallel_matches_one_process_and_resumes(moe, tmp_path):
+    batches = _batches(tmp_path / "batches")
+    single, ep = tmp_path / "single", tmp_path / "ep"
+    (tmp_path / "ep.json").write_text(json.dumps(_job(moe, batches, ep, 2, ep=2)))
+    procs = _launch(tmp_path / "ep.json")
+    # meanwhile, the same three steps in this process (no EP, no FSDP)
+    assert run(TrainerJob.model_validate(_job(moe, batches, single, 3, ep=1)), StopFlag()) == 0
+    outs = _finish(procs)
+    assert "on cpu x2" in outs[0] and "expert parallel x2" in outs[0]
+
+    want, got = _records(single), _records(ep)
+    assert sorted(got) == [0, 1]
+    for step in (0, 1):
+        _assert_same_step(got[step], want[step])
+    replayed = np.load(batch_path(batches, REPLAYED_STEP))["routed_experts"]
+    assert got[REPLAYED_STEP]["moe_replay"] == 1.0
+    assert got[REPLAYED_STEP]["moe_load"] == routed_experts.expert_load(replayed, E).tolist()
+
+    source = _weights(moe)
+    for version in (1, 2):
+        exported = _weights(weights_path(ep / "weights", version))
+        assert {k: v.shape for k, v in exported.items()} == {k: v.shape for k, v in source.items()}
+        _assert_close_weights(exported, _weights(weights_path(single / "weights", version)))
+    shards = sorted(p.name for p in (ep / "trainer_checkpoints" / "step_000002").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp", "swefleet_checkpoint.json"]
+
+    # the EP checkpoint (weights + Adam state, experts split by expert) resumes in one process
+    one = tmp_path / "ep_to_one"
+    shutil.copytree(ep, one)
+    job = _job(moe, batches, one, 3, ep=1)
+    assert run(TrainerJob.model_validate(job), StopFlag()) == 0
+    _assert_same_step(_records(one)[2], want[2])
+    v3 = _weights(weights_path(single / "weights", 3))
+    _assert_close_weights(_weights(weights_path(one / "weights", 3)), v3)  # Adam state too
+    # ... and on two EP ranks
+    (tmp_path / "ep3.json").write_text(json.dumps(_job(moe, batches, ep, 3, ep=2)))
+    outs = _finish(_launch(tmp_path / "ep3.json"))
+    assert "resumed from" in outs[0]
+    _assert_same_step(_records(ep)[2], want[2])
+    _assert_close_weights(_weights(weights_path(ep / "weights", 3)), v3)
