@@ -13,10 +13,13 @@ loaded as fp32 master weights), train on one packed batch of `batch` samples of 
   parallelize_fn) and `trainer.step.train_step` (varlen packing on CUDA, chunked fp32
   log-softmax lm_head, DAPO, clip, AdamW). Options per variant: `ac=none|selective|full`,
   `compile=0|1`, `mb=<micro-batch tokens>`, `chunk=<lm_head rows per chunk>`,
-  `attn=varlen|flex|sdpa` (packed FlashAttention-2 / FlexAttention; sdpa: one row per
-  sample, torchtitan prefers cuDNN attention there), `fp8=tensorwise|rowwise|
+  `attn=varlen|cudnn|flex|sdpa` (packed: FlashAttention-2 varlen / long samples through cuDNN
+  one by one, short runs through FA2 / FlexAttention; sdpa: one padded row per sample,
+  torchtitan prefers cuDNN attention there), `fp8=tensorwise|rowwise|
   rowwise_with_gw_hp` with `fp8filter=auto|all` (torchao float8 linears), `head=bfloat16|
-  float32` (lm_head matmul precision).
+  float32` (lm_head matmul precision), `autotune=1` (inductor's
+  max-autotune GEMMs + coordinate-descent tuning in the compiled blocks), `prof=1` (after the timed steps, one more step under
+  torch.profiler: GPU time by kernel kind and the heaviest kernels, `benchmarks.kernel_profile`).
 - `hf`: `AutoModelForCausalLM` (sdpa attention), full logits -> fp32 log_softmax -> the same
   loss. Option `ckpt=1`: gradient checkpointing.
 
@@ -53,10 +56,10 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.shapes import QWEN3_SHAPES
 
-PRESETS = {name: QWEN3_SHAPES[name] for name in ("tiny", "qwen3-1.7b")}
-DEFAULT_SIZES = {"tiny": (256, 2), "qwen3-1.7b": (8192, 2)}
+PRESETS = {name: QWEN3_SHAPES[name] for name in ("tiny", "qwen3-1.7b", "qwen3-4b")}
+DEFAULT_SIZES = {"tiny": (256, 2), "qwen3-1.7b": (8192, 2), "qwen3-4b": (8192, 1)}
 CUDA_VARIANTS = (
-    "ours:ac=none:compile=1,hf,hf:ckpt=1,ours:ac=none:compile=1:mb=8192,ours:attn=sdpa:compile=1"
+    "ours:attn=cudnn:compile=1,hf,hf:ckpt=1,ours:compile=1,ours:attn=cudnn:compile=1:fp8=tensorwise"
 )
 CPU_VARIANTS = "ours,hf"
 
@@ -115,7 +118,7 @@ def parse_variant(text: str) -> dict:
     spec = {"kind": kind, "name": text}
     for opt in opts:
         key, _, value = opt.partition("=")
-        if key not in ("ac", "compile", "mb", "chunk", "ckpt", "attn", "fp8", "fp8filter", "head"):
+        if key not in ("ac", "compile", "mb", "chunk", "ckpt", "attn", "fp8", "fp8filter", "head", "prof", "autotune"):
             raise ValueError(f"variant {text!r}: unknown option {key!r}")
         spec[key] = value
     return spec
@@ -148,6 +151,11 @@ def _build_ours(ckpt: Path, device: str, spec: dict, total_tokens: int):
     from trainer.titan import load_policy
 
     cfg = _trainer_config(device, spec, total_tokens)
+    if spec.get("autotune") == "1":  # inductor benchmarks GEMM templates (cuBLAS vs Triton)
+        import torch._inductor.config as inductor
+
+        inductor.max_autotune_gemm = True
+        inductor.coordinate_descent_tuning = True
     policy = load_policy(
         ckpt,
         torch.device(device),
@@ -256,7 +264,7 @@ def run_variant(ckpt: Path, batch_file: Path, device: str, spec: dict, warmup: i
     t_build = time.perf_counter()
     step = (_ours if spec["kind"] == "ours" else _hf)(ckpt, arrays, device, spec)
     build_s = time.perf_counter() - t_build
-    return {
+    result = {
         "name": spec["name"],
         "kind": spec["kind"],
         **time_steps(step, device, warmup, steps),
@@ -264,6 +272,11 @@ def run_variant(ckpt: Path, batch_file: Path, device: str, spec: dict, warmup: i
         "tokens": len(arrays["tokens"]),
         "sample_lengths": _sample_lengths(arrays),
     }
+    if spec.get("prof") == "1" and device == "cuda":
+        from benchmarks.kernel_profile import profile_step
+
+        result["profile"] = profile_step(step)
+    return result
 
 
 def _loss_of_step(policy, optimizer, arrays, cfg) -> float:
