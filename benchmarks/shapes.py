@@ -41,4 +41,14 @@ QWEN3_SHAPES = {
         "vocab_size": 151936,
         "tie_word_embeddings": True,
     },
+    "qwen3-8b": {
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
 }

@@ -17,7 +17,9 @@ loaded as fp32 master weights), train on one packed batch of `batch` samples of 
   one by one, short runs through FA2 / FlexAttention; sdpa: one padded row per sample,
   torchtitan prefers cuDNN attention there), `fp8=tensorwise|rowwise|
   rowwise_with_gw_hp` with `fp8filter=auto|all` (torchao float8 linears), `head=bfloat16|
-  float32` (lm_head matmul precision), `autotune=1` (inductor's
+  float32` (lm_head matmul precision), `ranks=N` (N processes under torchrun, one GPU each, FSDP2 over
+  all of them, each rank training its share of the batch; tokens/s counts the whole batch, MFU
+  divides by N GPUs, peak memory is rank 0's), `autotune=1` (inductor's
   max-autotune GEMMs + coordinate-descent tuning in the compiled blocks), `prof=1` (after the timed steps, one more step under
   torch.profiler: GPU time by kernel kind and the heaviest kernels, `benchmarks.kernel_profile`).
 - `hf`: `AutoModelForCausalLM` (sdpa attention), full logits -> fp32 log_softmax -> the same
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -56,21 +59,23 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.shapes import QWEN3_SHAPES
 
-PRESETS = {name: QWEN3_SHAPES[name] for name in ("tiny", "qwen3-1.7b", "qwen3-4b")}
-DEFAULT_SIZES = {"tiny": (256, 2), "qwen3-1.7b": (8192, 2), "qwen3-4b": (8192, 1)}
+PRESETS = {n: QWEN3_SHAPES[n] for n in ("tiny", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")}
+DEFAULT_SIZES = {"tiny": (256, 2), "qwen3-1.7b": (8192, 2), "qwen3-4b": (8192, 1), "qwen3-8b": (8192, 2)}
 CUDA_VARIANTS = (
     "ours:attn=cudnn:compile=1,hf,hf:ckpt=1,ours:compile=1,ours:attn=cudnn:compile=1:fp8=tensorwise"
 )
 CPU_VARIANTS = "ours,hf"
 
 
-def make_checkpoint(preset: str, out: Path, device: str, max_positions: int = 40960) -> Path:
-    """Random-init Qwen3 of `preset` saved as bf16 HF safetensors (seeded)."""
+def make_checkpoint(
+    shape: dict, out: Path, device: str, max_positions: int = 40960
+) -> Path:
+    """Random-init Qwen3 of `shape` (HF config fields) saved as bf16 HF safetensors (seeded)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
-        **PRESETS[preset],
+        **shape,
         max_position_embeddings=max_positions,
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
@@ -115,10 +120,12 @@ def parse_variant(text: str) -> dict:
     kind, *opts = text.split(":")
     if kind not in ("ours", "hf"):
         raise ValueError(f"variant {text!r}: kind must be ours or hf")
+    if kind == "hf" and any(o.startswith("ranks=") for o in opts):
+        raise ValueError(f"variant {text!r}: ranks= is for `ours` variants only")
     spec = {"kind": kind, "name": text}
     for opt in opts:
         key, _, value = opt.partition("=")
-        if key not in ("ac", "compile", "mb", "chunk", "ckpt", "attn", "fp8", "fp8filter", "head", "prof", "autotune"):
+        if key not in ("ac", "compile", "mb", "chunk", "ckpt", "attn", "fp8", "fp8filter", "head", "prof", "autotune", "ranks"):
             raise ValueError(f"variant {text!r}: unknown option {key!r}")
         spec[key] = value
     return spec
@@ -156,10 +163,13 @@ def _build_ours(ckpt: Path, device: str, spec: dict, total_tokens: int):
 
         inductor.max_autotune_gemm = True
         inductor.coordinate_descent_tuning = True
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    torch_device = torch.device(device, torch.cuda.current_device()) if device == "cuda" else torch.device(device)  # fmt: skip
     policy = load_policy(
         ckpt,
-        torch.device(device),
+        torch_device,
         cfg.attention,
+        dp_size=world,
         activation_checkpointing=cfg.activation_checkpointing,
         compile_blocks=cfg.compile,
         float8=cfg.float8,
@@ -327,7 +337,11 @@ def run_long(ckpt: Path, batch_files: list[Path], device: str, spec: dict, args)
 
 def _run_isolated(args, ckpt: Path, batch_file: Path, device: str, spec: dict, left_s) -> dict:
     """One variant in its own process; with a time budget it may run `left_s` + 60 s."""
-    cmd = [sys.executable, __file__, "--worker", json.dumps(spec), "--ckpt", str(ckpt)]
+    ranks = int(spec.get("ranks", "1"))
+    launcher = [sys.executable]
+    if ranks > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    cmd = [*launcher, __file__, "--worker", json.dumps(spec), "--ckpt", str(ckpt)]
     cmd += ["--batch-file", str(batch_file), "--device", device]
     cmd += ["--warmup", str(args.warmup), "--steps", str(args.steps)]
     timeout = None if left_s is None else max(left_s, 0) + 60
@@ -354,10 +368,11 @@ def summarise(results: list[dict], hf: dict, seq_len: int, device_name: str) -> 
             continue
         lengths = r.get("sample_lengths") or [seq_len] * (r["tokens"] // seq_len)
         r["tokens_per_s"] = r["tokens"] / r["step_s"]
+        gpus = r.get("ranks", 1)
         r["tflops"] = step_flops(hf, lengths) / r["step_s"] / 1e12
-        r["mfu"] = r["tflops"] * 1e12 / peak if peak else None
+        r["mfu"] = r["tflops"] * 1e12 / (peak * gpus) if peak else None
         titan = titan_step_flops(hf, lengths, max(lengths)) / r["step_s"]
-        r["titan_mfu"] = titan / peak if peak else None
+        r["titan_mfu"] = titan / (peak * gpus) if peak else None
 
 
 def print_table(results: list[dict]) -> None:
@@ -410,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     p.add_argument("--seq-len", type=int, help="tokens per sample (= per row)")
+    p.add_argument("--layers", type=int, help="keep only this many layers of the preset (a truncation: same layer shapes, fewer of them)")  # fmt: skip
     p.add_argument("--batch", type=int, help="samples per step")
     p.add_argument("--steps", type=int, default=5, help="timed steps (median)")
     p.add_argument("--warmup", type=int, default=2, help="untimed first steps")
@@ -436,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         run_long(args.ckpt, files, args.device, parse_variant(args.long_variant), args)
         return 0
     if args.worker:  # one variant in this process (the parent isolates variants this way)
+        from trainer.main import init_distributed
+
+        rank, world = init_distributed(args.device)
         result = run_variant(
             args.ckpt,
             args.batch_file,
@@ -444,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
             args.warmup,
             args.steps,
         )
-        print(json.dumps(result))
+        if rank == 0:
+            print(json.dumps({**result, "ranks": world}))
         return 0
 
     device = (
@@ -456,11 +476,13 @@ def main(argv: list[str] | None = None) -> int:
     isolate = args.isolate == "yes" or (args.isolate == "auto" and device == "cuda")
     device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     hf_shape = dict(PRESETS[args.preset])
+    if args.layers:
+        hf_shape["num_hidden_layers"] = args.layers
     if args.long:
         return main_long(args, device, device_name, hf_shape)
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="swefleet-bench-") as tmp:
-        ckpt = make_checkpoint(args.preset, Path(tmp) / "model", device)
+        ckpt = make_checkpoint(hf_shape, Path(tmp) / "model", device)
         batch_file = make_batch(Path(tmp) / "batch.npz", hf_shape["vocab_size"], seq_len, batch)
         print(f"{args.preset} checkpoint + batch ({batch} x {seq_len}) in {time.perf_counter() - t_start:.1f} s on {device_name}", flush=True)  # fmt: skip
         results = []
@@ -468,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.time_budget_s and time.perf_counter() - t_start > args.time_budget_s:
                 results.append({**spec, "error": "skipped: time budget spent"})
                 continue
-            if isolate:
+            if isolate or int(spec.get("ranks", "1")) > 1:
                 left = args.time_budget_s and args.time_budget_s - (time.perf_counter() - t_start)
                 r = _run_isolated(args, ckpt, batch_file, device, spec, left or None)
             else:
@@ -477,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {spec['name']}: {json.dumps({k: v for k, v in r.items() if k != 'error'})}", flush=True)  # fmt: skip
     summarise(results, hf_shape, seq_len, device_name)
     print_table(results)
-    print(json.dumps(headline(results, args.preset, seq_len, batch, device_name)))
+    print(json.dumps({**headline(results, args.preset, seq_len, batch, device_name), "layers": hf_shape["num_hidden_layers"]}))  # fmt: skip
     return 0
 
 
@@ -489,7 +511,7 @@ def main_long(args, device: str, device_name: str, hf_shape: dict) -> int:
         raise ValueError("--long-variant must be an `ours` variant")
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="swefleet-bench-") as tmp:
-        ckpt = make_checkpoint(args.preset, Path(tmp) / "model", device, max(40960, lengths[-1]))
+        ckpt = make_checkpoint(hf_shape, Path(tmp) / "model", device, max(40960, lengths[-1]))
         files = [
             str(make_batch(Path(tmp) / f"long_{n}.npz", hf_shape["vocab_size"], n, 1))
             for n in lengths
