@@ -151,11 +151,9 @@ def _trainer_config(device: str, spec: dict, total_tokens: int):
 
 
 def _build_ours(ckpt: Path, device: str, spec: dict, total_tokens: int):
-    """(policy, optimizer, cfg) of an `ours` variant."""
-    import torch
-
-    from trainer.step import build_optimizer
-    from trainer.titan import load_policy
+    """(policy, optimizer, cfg) of an `ours` variant, built as `trainer.main` builds it (under
+    torchrun: sharded over WORLD_SIZE ranks)."""
+    from trainer.main import build_trainer
 
     cfg = _trainer_config(device, spec, total_tokens)
     if spec.get("autotune") == "1":  # inductor benchmarks GEMM templates (cuBLAS vs Triton)
@@ -164,18 +162,8 @@ def _build_ours(ckpt: Path, device: str, spec: dict, total_tokens: int):
         inductor.max_autotune_gemm = True
         inductor.coordinate_descent_tuning = True
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    torch_device = torch.device(device, torch.cuda.current_device()) if device == "cuda" else torch.device(device)  # fmt: skip
-    policy = load_policy(
-        ckpt,
-        torch_device,
-        cfg.attention,
-        dp_size=world,
-        activation_checkpointing=cfg.activation_checkpointing,
-        compile_blocks=cfg.compile,
-        float8=cfg.float8,
-        float8_filter=cfg.float8_filter,
-    )
-    return policy, build_optimizer(policy, cfg), cfg
+    policy, optimizer = build_trainer(cfg, ckpt, device, cfg.attention, world)
+    return policy, optimizer, cfg
 
 
 def _ours(ckpt: Path, arrays: dict, device: str, spec: dict):

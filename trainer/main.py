@@ -154,14 +154,14 @@ def init_distributed(device: str) -> tuple[int, int]:
     return dist.get_rank(), world
 
 
-def build_trainer(job: TrainerJob, source: Path, device: str, attention: str, world: int):
-    """(policy, optimizer) as configured, the weights from the HF directory `source`."""
+def build_trainer(cfg: TrainerConfig, source: Path, device: str, attention: str, world: int):
+    """(policy, optimizer) as configured, the weights from the HF directory `source`, sharded
+    over `world` ranks (FSDP2 all-gathers bf16 weights when computing in bf16)."""
     import torch
 
     from trainer.step import build_optimizer
     from trainer.titan import load_policy
 
-    cfg = job.trainer
     torch_device = torch.device(device, torch.cuda.current_device()) if device == "cuda" else None
     policy = load_policy(
         source,
@@ -294,7 +294,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     rank, world = init_distributed(device)
     clean_leftovers(job, rank)
     ckpt, source, step = resume_point(job)
-    policy, optimizer = build_trainer(job, source, device, attention, world)
+    policy, optimizer = build_trainer(job.trainer, source, device, attention, world)
     moe_timer = _moe_timer(policy, cfg)
     mfu_of = _mfu_fn(source, device, world)
     if ckpt is not None:

@@ -178,6 +178,8 @@ def train_step(
     finite = bool(torch.isfinite(grad_norm))
     if finite:  # a non-finite gradient would poison the weights: skip the update, report it
         optimizer.step()
+        if policy.after_optimizer_step is not None:
+            policy.after_optimizer_step()
     optimizer.zero_grad(set_to_none=True)
     return {
         **totals,

@@ -37,7 +37,7 @@ import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -68,6 +68,8 @@ class Policy:
     """FSDP degree (ranks sharding the parameters); 1 = plain module on one device."""
     ep_size: int = 1
     """Expert-parallel degree (MoE experts sharded by expert over this many of the dp ranks)."""
+    after_optimizer_step: Callable[[], None] | None = None
+    """Run after every optimizer step (float8 under FSDP: precompute the weights' scales)."""
 
 
 class LogprobHead(nn.Module):
@@ -243,8 +245,9 @@ def load_policy(
     model.load_state_dict(state, strict=True)
     del hf_tensors, state
     _install_attention(model, attention)
+    after_step = None
     if float8 != "none":
-        convert_float8(
+        _, after_step = convert_float8(
             model, float8, float8_filter, device, compile_blocks, dp_size, expert_parallel
         )
     if activation_checkpointing != "none" or compile_blocks or dp_size > 1:
@@ -257,7 +260,9 @@ def load_policy(
             _parallel_dims(dp_size, expert_parallel),
             fsdp_param_dtype,
         )
-    return Policy(model, adapter, hf, ckpt_dir, source_dtype, attention, dp_size, expert_parallel)
+    return Policy(
+        model, adapter, hf, ckpt_dir, source_dtype, attention, dp_size, expert_parallel, after_step
+    )
 
 
 def check_attention(attention: str, device: torch.device) -> None:
@@ -295,7 +300,7 @@ def convert_float8(
     compile_blocks: bool,
     dp_size: int,
     expert_parallel: int = 1,
-) -> int:
+) -> tuple[int, Callable[[], None] | None]:
     """Swap the transformer blocks' `nn.Linear`s for torchao `Float8Linear`s (torchtitan's
     float8 converter; same `weight` parameters, so state dicts and the HF mapping are
     unchanged; the chunked lm_head is no `nn.Linear` and stays bf16). `recipe`: `tensorwise`
@@ -303,7 +308,10 @@ def convert_float8(
     `rowwise_with_gw_hp` (rowwise, weight gradient in high precision). `filter_mode`: `auto`
     skips linears too small to gain (torchao's H100 size heuristic for the recipe), `all`
     converts every linear whose dims are multiples of 16. On CPU tensorwise is emulated (tests
-    only; no compile). Returns the number of converted linears."""
+    only; no compile). Tensorwise under FSDP (`dp_size > 1`) all-gathers the weights in float8
+    (a quarter of fp32's bytes, half of bf16's) with their scales precomputed once per step for
+    all weights: the returned hook must run after every optimizer step. Returns (the number of
+    converted linears, that hook or None)."""
     from torchtitan.components.quantization.float8 import Float8LinearConverter
     from torchtitan.config import JobConfig
 
@@ -321,6 +329,9 @@ def convert_float8(
     fp8.emulate = device.type != "cuda"
     # MoE routers stay in high precision (their top-k decides the routing)
     fp8.filter_fqns = ["router"] + (["auto_filter_small_kn"] if filter_mode == "auto" else [])
+    fsdp_fp8 = recipe == "tensorwise" and dp_size > 1
+    fp8.enable_fsdp_float8_all_gather = fsdp_fp8
+    fp8.precompute_float8_dynamic_scale_for_fsdp = fsdp_fp8
     job.compile.enable = compile_blocks
     job.compile.components = ["model"]
     converter = Float8LinearConverter(job, _parallel_dims(dp_size, expert_parallel))
@@ -328,7 +339,9 @@ def convert_float8(
         raise RuntimeError("torchao is too old for float8 recipes (needs torchao >= 0.9)")
     before = sum(type(m) is nn.Linear for m in model.layers.modules())
     converter.convert(model.layers)
-    return before - sum(type(m) is nn.Linear for m in model.layers.modules())
+    converted = before - sum(type(m) is nn.Linear for m in model.layers.modules())
+    hook = (lambda: converter.post_optimizer_hook(model)) if fsdp_fp8 else None
+    return converted, hook
 
 
 def _parallel_dims(dp_size: int, expert_parallel: int) -> Any:
