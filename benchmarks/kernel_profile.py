@@ -6,7 +6,7 @@ other) and the heaviest kernels by name. Used by `benchmarks/trainer.py` (varian
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 KINDS = (
     ("attention", ("flash", "fmha", "attention", "attn")),

@@ -17,6 +17,8 @@ query heads, they are repeated (and their gradients summed back) from then on.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 from torch import nn
 
@@ -39,7 +41,7 @@ def plan_segments(cu: list[int], min_cudnn_tokens: int) -> list[tuple[str, int, 
             segments.append(("flash", run[0], run[-1], [x - run[0] for x in run]))
             run.clear()
 
-    for s, e in zip(cu[:-1], cu[1:]):
+    for s, e in pairwise(cu):
         if e <= s:
             continue
         if e - s >= min_cudnn_tokens:
@@ -71,7 +73,7 @@ def _sum_head_groups(grad: torch.Tensor, kv_heads: int) -> torch.Tensor:
 
 def _flash_args(cu_local: list[int], device: torch.device) -> tuple[torch.Tensor, int]:
     cu = torch.tensor(cu_local, dtype=torch.int32).to(device, non_blocking=True)
-    return cu, max(b - a for a, b in zip(cu_local[:-1], cu_local[1:]))
+    return cu, max(b - a for a, b in pairwise(cu_local))
 
 
 def _cudnn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):

@@ -9,10 +9,6 @@ weights within bf16 noise of each other), also with per-block compile + selectiv
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +17,13 @@ import torch
 
 from swefleet import routed_experts
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
+from tests.trainer_ranks import finish, launch_trainer_ranks, trainer_records
 from trainer.replay_check import SHAPES, make_moe_checkpoint
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices"),
 ]
-ROOT = Path(__file__).resolve().parents[2]
 SHAPE = SHAPES["small"]  # 16 experts, top 4, 4 layers, vocab 1024
 E, K, L = SHAPE["num_experts"], SHAPE["num_experts_per_tok"], SHAPE["num_hidden_layers"]
 LR = 1e-4
@@ -59,12 +55,6 @@ def work(tmp_path_factory) -> Path:
     return root
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _train(work: Path, name: str, **trainer) -> tuple[dict[int, dict], Path]:
     """Three steps on two ranks (one GPU each); returns (metrics by step, weights dir)."""
     run_dir = work / name
@@ -84,30 +74,10 @@ def _train(work: Path, name: str, **trainer) -> tuple[dict[int, dict], Path]:
         },
     }
     (work / f"{name}.json").write_text(json.dumps(job))
-    port, procs = _free_port(), []
-    for rank in range(2):
-        env = {
-            "NCCL_NVLS_ENABLE": "0",  # no NVLink multicast (the box sets it too)
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-        }
-        cmd = [sys.executable, "-m", "trainer.main", "--config", str(work / f"{name}.json")]
-        procs.append(
-            subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
-    outs = [p.communicate(timeout=540)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-6000:] for o in outs)
+    outs = finish(launch_trainer_ranks(work / f"{name}.json"), timeout=540)
     ep = trainer.get("expert_parallel", 1)
     assert ("expert parallel x2" in outs[0]) == (ep == 2), outs[0][-3000:]
-    lines = (run_dir / "trainer_metrics.jsonl").read_text().splitlines()
-    records = {r["step"]: r for r in map(json.loads, lines)}
+    records = trainer_records(run_dir)
     print(name, [{k: r[k] for k in ("loss", "grad_norm", "step_time_s")} for r in records.values()])
     return records, run_dir / "weights"
 

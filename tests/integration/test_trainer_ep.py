@@ -6,11 +6,7 @@ DCP checkpoint (experts sharded by expert) resumes in one process and on two EP 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +15,12 @@ import torch
 
 from swefleet import routed_experts
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
+from tests.trainer_ranks import finish, launch_trainer_ranks, trainer_records
 from trainer.config import TrainerJob
 from trainer.main import StopFlag, run
 from trainer.replay_check import SHAPES, make_moe_checkpoint
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 SHAPE = SHAPES["tiny"]  # 8 experts, top 2, 2 layers, vocab 256
 E, K, L = SHAPE["num_experts"], SHAPE["num_experts_per_tok"], SHAPE["num_hidden_layers"]
 REPLAYED_STEP = 1
@@ -80,47 +76,6 @@ def _job(model: Path, batches: Path, run_dir: Path, max_steps: int, ep: int) -> 
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _launch(config: Path) -> list[subprocess.Popen]:
-    """Two trainer ranks with the environment torchrun would give them."""
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "OMP_NUM_THREADS": "1",
-        }
-        cmd = [sys.executable, "-m", "trainer.main", "--config", str(config)]
-        procs.append(
-            subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
-    return procs
-
-
-def _finish(procs: list[subprocess.Popen]) -> list[str]:
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(outs)
-    return outs
-
-
-def _records(run_dir: Path) -> dict[int, dict]:
-    lines = (run_dir / "trainer_metrics.jsonl").read_text().splitlines()
-    return {r["step"]: r for r in map(json.loads, lines)}
-
-
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -145,13 +100,13 @@ def test_two_rank_expert_parallel_matches_one_process_and_resumes(moe, tmp_path)
     batches = _batches(tmp_path / "batches")
     single, ep = tmp_path / "single", tmp_path / "ep"
     (tmp_path / "ep.json").write_text(json.dumps(_job(moe, batches, ep, 2, ep=2)))
-    procs = _launch(tmp_path / "ep.json")
+    procs = launch_trainer_ranks(tmp_path / "ep.json", OMP_NUM_THREADS="1")
     # meanwhile, the same three steps in this process (no EP, no FSDP)
     assert run(TrainerJob.model_validate(_job(moe, batches, single, 3, ep=1)), StopFlag()) == 0
-    outs = _finish(procs)
+    outs = finish(procs)
     assert "on cpu x2" in outs[0] and "expert parallel x2" in outs[0]
 
-    want, got = _records(single), _records(ep)
+    want, got = trainer_records(single), trainer_records(ep)
     assert sorted(got) == [0, 1]
     for step in (0, 1):
         _assert_same_step(got[step], want[step])
@@ -172,12 +127,12 @@ def test_two_rank_expert_parallel_matches_one_process_and_resumes(moe, tmp_path)
     shutil.copytree(ep, one)
     job = _job(moe, batches, one, 3, ep=1)
     assert run(TrainerJob.model_validate(job), StopFlag()) == 0
-    _assert_same_step(_records(one)[2], want[2])
+    _assert_same_step(trainer_records(one)[2], want[2])
     v3 = _weights(weights_path(single / "weights", 3))
     _assert_close_weights(_weights(weights_path(one / "weights", 3)), v3)  # Adam state too
     # ... and on two EP ranks
     (tmp_path / "ep3.json").write_text(json.dumps(_job(moe, batches, ep, 3, ep=2)))
-    outs = _finish(_launch(tmp_path / "ep3.json"))
+    outs = finish(launch_trainer_ranks(tmp_path / "ep3.json", OMP_NUM_THREADS="1"))
     assert "resumed from" in outs[0]
-    _assert_same_step(_records(ep)[2], want[2])
+    _assert_same_step(trainer_records(ep)[2], want[2])
     _assert_close_weights(_weights(weights_path(ep / "weights", 3)), v3)

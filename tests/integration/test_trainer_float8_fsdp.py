@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import torch
 
 from swefleet.batch import pack_samples
 from swefleet.tinymodel import create_tiny_model
+from tests.trainer_ranks import free_port
 
 pytestmark = pytest.mark.integration
 STEPS = 2
@@ -85,11 +85,8 @@ def test_two_rank_float8_all_gathers_with_fresh_precomputed_scales(tmp_path):
     import torch.multiprocessing as mp
 
     model = create_tiny_model(tmp_path / "tiny", seed=0)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tmp_path / "rank0.json"
-    mp.spawn(_rank_main, args=(port, str(model), str(out)), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(free_port(), str(model), str(out)), nprocs=2, join=True)
     got = json.loads(out.read_text())
     assert got["scales"], "no float8 linear was FSDP-sharded"
     for name, (precomputed, want) in got["scales"].items():

@@ -4,10 +4,6 @@ train the same steps as one process, and their sharded DCP checkpoint resumes in
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +12,11 @@ import torch
 
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
 from swefleet.tinymodel import create_tiny_model
+from tests.trainer_ranks import finish, launch_trainer_ranks, trainer_records
 from trainer.config import TrainerJob
 from trainer.main import StopFlag, run
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +61,6 @@ def _job(tiny, batches, run_dir: Path, max_steps: int, every: int | None = 1) ->
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _records(run_dir: Path) -> dict[int, dict]:
-    lines = (run_dir / "trainer_metrics.jsonl").read_text().splitlines()
-    return {r["step"]: r for r in map(json.loads, lines)}
-
-
 def _weights(run_dir: Path, version: int) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -86,32 +71,13 @@ def test_two_rank_fsdp_matches_one_process_and_its_checkpoint_resumes(tiny, tmp_
     batches = _batches(tmp_path / "batches")
     single, fsdp = tmp_path / "single", tmp_path / "fsdp"
     (tmp_path / "fsdp.json").write_text(json.dumps(_job(tiny, batches, fsdp, 2)))
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "OMP_NUM_THREADS": "1",
-        }
-        cmd = [sys.executable, "-m", "trainer.main", "--config", str(tmp_path / "fsdp.json")]
-        procs.append(
-            subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
+    procs = launch_trainer_ranks(tmp_path / "fsdp.json", OMP_NUM_THREADS="1")
     # meanwhile, the same three steps in this process
     assert run(TrainerJob.model_validate(_job(tiny, batches, single, 3, None)), StopFlag()) == 0
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(outs)
+    outs = finish(procs)
     assert "on cpu x2" in outs[0]
 
-    want, got = _records(single), _records(fsdp)
+    want, got = trainer_records(single), trainer_records(fsdp)
     assert sorted(got) == [0, 1]
     for step in (0, 1):
         for key in ("loss", "grad_norm", "entropy", "clip_fraction", "padding_fraction"):
@@ -127,6 +93,6 @@ def test_two_rank_fsdp_matches_one_process_and_its_checkpoint_resumes(tiny, tmp_
 
     # the 2-rank (sharded) checkpoint loads into one process, which trains step 2 like `single`
     assert run(TrainerJob.model_validate(_job(tiny, batches, fsdp, 3, None)), StopFlag()) == 0
-    resumed = _records(fsdp)[2]
+    resumed = trainer_records(fsdp)[2]
     for key in ("loss", "grad_norm", "entropy"):
         assert resumed[key] == pytest.approx(want[2][key], rel=1e-5), key

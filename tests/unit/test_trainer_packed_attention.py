@@ -3,6 +3,8 @@ runs of short samples go to FA2 varlen together), and its CPU guard rails."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 import torch
 
@@ -28,7 +30,7 @@ def test_plan_covers_every_token_once_for_any_threshold():
         covered = []
         for _, s, e, local in plan_segments(cu, threshold):
             assert local[0] == 0 and local[-1] == e - s
-            assert all(a <= b for a, b in zip(local, local[1:]))
+            assert all(a <= b for a, b in pairwise(local))
             covered.extend(range(s, e))
         assert covered == list(range(cu[-1])), threshold
 
