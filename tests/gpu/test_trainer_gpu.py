@@ -14,6 +14,7 @@ import torch
 
 from swefleet.batch import batch_path, pack_samples, write_batch
 from swefleet.tinymodel import create_tiny_model
+from tests.models import sharp_copy
 
 pytestmark = [
     pytest.mark.gpu,
@@ -25,23 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def sharp(tmp_path_factory) -> Path:
     """Tiny Qwen3 with large random weights (log-probs far from uniform)."""
-    from transformers import AutoModelForCausalLM
-
     tiny = create_tiny_model(tmp_path_factory.getbasetemp() / "tiny-qwen3", seed=0)
-    out = tmp_path_factory.mktemp("sharp")
-    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim == 1:
-                p.copy_(1 + 0.5 * torch.randn(p.shape, generator=g))
-            else:
-                scale = 3.0 if ("lm_head" in name or "embed" in name) else 1.0
-                p.copy_(scale * torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
-    model.save_pretrained(out)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        (out / f).write_bytes((tiny / f).read_bytes())
-    return out
+    return sharp_copy(tiny, tmp_path_factory.mktemp("sharp"))
 
 
 def _samples(lengths, seed=0):

@@ -18,6 +18,7 @@ import torch
 
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
 from swefleet.tinymodel import create_tiny_model
+from tests.models import sharp_copy
 
 pytestmark = pytest.mark.integration
 
@@ -45,22 +46,8 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def sharp(tiny, tmp_path_factory) -> Path:
-    """The tiny model with large random weights (norms too), so log-probs are far from uniform
-    and any mapping error (swapped projections, wrong RoPE, norms) shows."""
-    from transformers import AutoModelForCausalLM
-
-    out = tmp_path_factory.mktemp("sharp")
-    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim == 1:
-                p.copy_(1 + 0.5 * torch.randn(p.shape, generator=g))
-            else:
-                scale = 3.0 if ("lm_head" in name or "embed" in name) else 1.0
-                p.copy_(scale * torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
-    model.save_pretrained(out)
-    return out
+    """The tiny model with large random weights (`tests.models.sharp_copy`)."""
+    return sharp_copy(tiny, tmp_path_factory.mktemp("sharp"))
 
 
 def _hf_logprobs(model, samples) -> np.ndarray:

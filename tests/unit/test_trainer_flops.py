@@ -5,21 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.shapes import QWEN3_SHAPES
 from trainer.flops import matmul_params, peak_flops, step_flops, titan_step_flops
 from trainer.step import rank_sample_range
 
 pytestmark = pytest.mark.unit
 
-QWEN3_1_7B = {
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "tie_word_embeddings": True,
-}
+QWEN3_1_7B = QWEN3_SHAPES["qwen3-1.7b"]
 
 
 def test_titan_convention_reproduces_the_h200_anchor():
