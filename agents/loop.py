@@ -7,6 +7,10 @@ full prompt is always the exact extension of turn i-1's prompt + completion. The
 is `on_context_full = "compact"` (`agents.context`): the context is then replaced by a fresh
 rendering and the turn generated on it is flagged `new_sample`, starting a new training sample.
 
+A MoE server's `routed_experts` covers the whole request; each turn stores only the rows its
+sample's earlier turns do not hold (`Turn.routed_experts_start`), so an episode file grows with
+the context, not with turns x context. A malformed array is a server contract violation.
+
 Every episode ends with one `EpisodeStatus`; the trajectory is returned in every case except
 `asyncio.CancelledError`, which is recorded (and handed to `on_end`) and then re-raised.
 """
@@ -24,6 +28,7 @@ from agents.protocol import Action, ChatTokenizer, FormatError, Observation
 from agents.scaffolds import make_scaffold
 from envs.protocol import DiskBudgetExceeded, Sandbox
 from inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
+from swefleet import routed_experts
 from swefleet.types import NON_SCORABLE, EpisodeStatus, Task, Trajectory, Turn
 
 _CANCEL_STATUS = {
@@ -150,6 +155,7 @@ class _Episode:
         """One model call on `context + pending` (or on a compacted prompt, which starts a new
         sample); the completion is appended as generated."""
         new_sample = self.compact_if_full()
+        covered = max(len(self.context) - 1, 0)  # routed-expert rows earlier turns hold
         prompt = self.context + self.pending
         room = self.config.context_budget_tokens - len(prompt)
         if room < 1:
@@ -173,6 +179,12 @@ class _Episode:
         _check_completion(completion, max_tokens)
         turn = _turn(self.pending, completion, latency)
         turn.new_sample = new_sample
+        if completion.routed_experts is not None:  # keep only the rows this turn adds
+            n_tokens = len(prompt) + len(completion.completion_ids)
+            turn.routed_experts = await asyncio.to_thread(
+                routed_experts.trim, completion.routed_experts, n_tokens, covered
+            )
+            turn.routed_experts_start = covered
         self.context = prompt + turn.completion_ids
         self.pending = []
         return turn
@@ -270,7 +282,6 @@ def _turn(prompt_ids: list[int], completion: Completion, latency: float) -> Turn
         policy_version=completion.policy_version,
         finish_reason=completion.finish_reason,
         latency_s=latency,
-        routed_experts=completion.routed_experts,
     )
 
 

@@ -49,10 +49,11 @@ def is_zero_variance(group: list[Trajectory]) -> bool:
 
 def trajectory_samples(traj: Trajectory, advantage: float) -> list[dict]:
     """Token-exact samples of one episode (a turn flagged `new_sample` starts a new one). A
-    sample whose every turn has routed experts gets `routed_experts` [tokens, layers, top_k]."""
+    sample whose every turn has routed experts gets `routed_experts` [tokens, layers, top_k]
+    (turns store full or trimmed arrays: `Turn.routed_experts_start`)."""
     samples: list[dict] = []
     current: dict | None = None
-    routing: list[list[tuple[int, str | None]]] = []
+    routing: list[list[tuple[int, int, str | None]]] = []
     for turn in traj.turns:
         if current is None or turn.new_sample:
             current = {
@@ -66,10 +67,11 @@ def trajectory_samples(traj: Trajectory, advantage: float) -> list[dict]:
         current["loss_mask"] += [False] * len(turn.prompt_ids) + [True] * len(turn.completion_ids)
         current["inference_logprobs"] += [0.0] * len(turn.prompt_ids) + list(turn.logprobs)
         current["policy_version"] = min(current["policy_version"], turn.policy_version)
-        routing[-1].append((len(current["tokens"]), turn.routed_experts))
+        end = len(current["tokens"])
+        routing[-1].append((end, turn.routed_experts_start, turn.routed_experts))
     for sample, turns in zip(samples, routing):
-        if all(text is not None for _, text in turns):
-            decoded = [(end, routed_experts.decode(text)) for end, text in turns]
+        if all(text is not None for _, _, text in turns):
+            decoded = [(end, start, routed_experts.decode(text)) for end, start, text in turns]
             sample["routed_experts"] = routed_experts.sample_routing(decoded, len(sample["tokens"]))
     return [s for s in samples if any(s["loss_mask"])]
 

@@ -122,7 +122,13 @@ class Turn(BaseModel):
     """True when this turn's prompt is not an exact extension of the previous context and starts
     a new training sample (history compaction): its `prompt_ids` are then the whole prompt."""
     routed_experts: str | None = None
-    """base64 .npy of routed expert ids when the server returns them."""
+    """base64 .npy of routed expert ids [rows, layers, top_k] when the server returns them:
+    rows [routed_experts_start, prompt + completion - 1) of this turn's request (the agent loop
+    keeps only the rows the sample's earlier turns do not hold; `swefleet/routed_experts.py`)."""
+    routed_experts_start: int = 0
+    """Row offset of the stored `routed_experts`: it holds rows [start, prompt + completion - 1)
+    of the request, where prompt is the whole request prompt; 0 = the full array as the server
+    returned it. Optional, added after v1 (older records read as 0, full arrays)."""
 
 
 class Trajectory(BaseModel):

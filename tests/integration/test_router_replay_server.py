@@ -1,7 +1,7 @@
 """Router replay through the real pieces: the embedded engine server (tiny Qwen3-MoE preset) on
 loopback returns routed experts over HTTP; the fleet client carries them into Turns; the
 orchestrator's sample builder and the batch packer turn a two-turn episode into one sample with
-`routed_experts`; the trainer replaying them reproduces the server's log-probs."""
+`routed_experts` (the same from full and from trimmed turn arrays); the trainer replaying them reproduces the server's log-probs."""
 
 from __future__ import annotations
 
@@ -61,6 +61,13 @@ def test_routed_experts_over_http_into_a_replayed_batch(tmp_path):
         episode_id="e", task_id="t", turns=turns, status=EpisodeStatus.resolved, reward=1.0
     )
     (sample,) = trajectory_samples(traj, 1.0)
+    covered = len(turns[0].prompt_ids) + len(turns[0].completion_ids) - 1
+    stored = routed_experts.trim(turns[1].routed_experts, end, covered)  # as the agent loop does
+    trimmed = traj.model_copy(deep=True)
+    trimmed.turns[1].routed_experts, trimmed.turns[1].routed_experts_start = stored, covered
+    assert len(routed_experts.decode(stored)) == end - 1 - covered
+    (same,) = trajectory_samples(trimmed, 1.0)
+    assert np.array_equal(same["routed_experts"], sample["routed_experts"])
     arrays = pack_samples([sample])
     assert arrays["routed_experts"].shape == (end, L, K)
     policy = load_policy(ckpt, torch.device("cpu"), "sdpa")

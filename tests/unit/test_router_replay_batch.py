@@ -3,6 +3,8 @@ trip, and the orchestrator's all-or-none rule."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -48,6 +50,32 @@ def test_sample_routing_takes_each_position_from_the_earliest_turn():
         routed_experts.sample_routing([(7, _routing(5, 1))], 7)
     with pytest.raises(ValueError, match="turn 1"):
         routed_experts.sample_routing([(7, _routing(6, 1)), (9, np.zeros((8, L, 4), np.uint8))], 9)
+
+
+def test_trimmed_turns_give_the_routing_of_full_arrays():
+    full = [(7, _routing(6, 1)), (11, _routing(10, 2)), (15, _routing(14, 3))]
+    trimmed = [(7, 0, _routing(6, 1)), (11, 6, _routing(10, 2)[6:]), (15, 10, _routing(14, 3)[10:])]
+    mixed = [(7, _routing(6, 1)), (11, 6, _routing(10, 2)[6:]), (15, 0, _routing(14, 3))]
+    want = routed_experts.sample_routing(full, 15)
+    assert np.array_equal(routed_experts.sample_routing(trimmed, 15), want)
+    assert np.array_equal(routed_experts.sample_routing(mixed, 15), want)
+    assert want[:, 0, 0].tolist()[:14] == [1] * 6 + [2] * 4 + [3] * 4
+    with pytest.raises(ValueError, match=r"has 3 rows, want 4 \(rows \[6, 10\)"):
+        routed_experts.sample_routing([(7, 0, _routing(6, 1)), (11, 6, _routing(3, 2))], 11)
+    with pytest.raises(ValueError, match="start at row 8, earlier turns cover 6"):
+        routed_experts.sample_routing([(7, 0, _routing(6, 1)), (11, 8, _routing(2, 2))], 11)
+
+
+def test_trim_checks_the_server_array_and_keeps_the_new_rows():
+    text = routed_experts.encode(_routing(9, 4))
+    assert routed_experts.trim(text, 10, 0) is text  # a sample's first turn: kept as is
+    kept = routed_experts.decode(routed_experts.trim(text, 10, 6))
+    assert np.array_equal(kept, _routing(9, 4)[6:]) and kept.dtype == np.uint8
+    with pytest.raises(ValueError, match="routed_experts with 9 rows for a request of 11 tokens"):
+        routed_experts.trim(text, 11, 6)
+    for garbage in ("not base64!", routed_experts.encode(np.zeros((4, 2))), "aGVsbG8="):
+        with pytest.raises(ValueError, match="routed_experts"):
+            routed_experts.trim(garbage, 5, 0)
 
 
 def test_pack_round_trip_dtypes_and_clear_errors(tmp_path):
@@ -121,3 +149,46 @@ def test_expert_load_counts_sum_to_tokens_times_top_k():
     load = routed_experts.expert_load(ids, 4)
     assert load.tolist() == [[1, 3, 1, 1], [2, 0, 2, 2]]
     assert (load.sum(1) == 3 * 2).all()
+
+
+def _episode() -> list[Turn]:
+    """Two samples (a `new_sample` split after turn 2) of full server arrays: sample 1 is
+    turns 0-2 (ends 5, 8, 12), sample 2 turns 3-4 (ends 3, 6)."""
+    shapes = [([1, 2, 3], [4, 5]), ([6], [7, 8]), ([9, 10], [11, 12]), ([1, 2], [3]), ([4], [5, 6])]
+    turns, end = [], 0
+    for i, (prompt, completion) in enumerate(shapes):
+        end = (0 if i == 3 else end) + len(prompt) + len(completion)
+        turns.append(_turn(prompt, completion, _routing(end - 1, i + 1), new_sample=i == 3))
+    return turns
+
+
+def _trimmed(turns: list[Turn]) -> list[Turn]:
+    """What the agent loop stores: each turn's rows past its sample's previous turn."""
+    out, end = [], 0
+    for turn in turns:
+        covered = 0 if turn.new_sample or not out else end - 1
+        end = (0 if turn.new_sample else end) + len(turn.prompt_ids) + len(turn.completion_ids)
+        text = routed_experts.trim(turn.routed_experts, end, covered)
+        out.append(
+            turn.model_copy(update={"routed_experts": text, "routed_experts_start": covered})
+        )
+    return out
+
+
+def test_trimmed_and_old_full_trajectories_give_identical_samples():
+    full = _traj("a", 1.0, _episode())
+    trimmed = _traj("a", 1.0, _trimmed(full.turns))
+    assert [t.routed_experts_start for t in trimmed.turns] == [0, 4, 7, 0, 2]
+    rows = [len(routed_experts.decode(t.routed_experts)) for t in trimmed.turns]
+    assert rows == [4, 3, 4, 2, 3] and sum(rows) == (12 - 1) + (6 - 1)  # linear, not quadratic
+    old_record = full.model_dump(mode="json")
+    for turn in old_record["turns"]:
+        del turn["routed_experts_start"]  # written before the field existed
+    old = Trajectory.model_validate_json(json.dumps(old_record))
+    for traj in (trimmed, old, Trajectory.model_validate_json(trimmed.model_dump_json())):
+        got, want = trajectory_samples(traj, 0.5), trajectory_samples(full, 0.5)
+        assert [len(s["tokens"]) for s in got] == [12, 6]
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a["routed_experts"], b["routed_experts"])
+    sample = trajectory_samples(trimmed, 0.5)[0]["routed_experts"]
+    assert sample[:11, 0, 0].tolist() == [1] * 4 + [2] * 3 + [3] * 4
