@@ -71,6 +71,7 @@ def _job(model: Path, batches: Path, run_dir: Path, max_steps: int, ep: int) -> 
             "logprob_chunk_size": 16,
             "expert_parallel": ep,
             "checkpoint_every": 1 if ep > 1 else None,
+            "profile_moe": ep > 1,
             "batch_timeout_s": 5,
         },
     }
@@ -108,6 +109,10 @@ def test_two_rank_expert_parallel_matches_one_process_and_resumes(moe, tmp_path)
 
     want, got = trainer_records(single), trainer_records(ep)
     assert sorted(got) == [0, 1]
+    # MoE phase timing under EP: dispatch / combine include the all-to-alls, per layer
+    for phase in ("route", "dispatch", "experts", "combine"):
+        assert got[0][f"moe/{phase}_ms"] > 0, phase
+        assert got[0][f"moe/layer{L - 1}/{phase}_ms"] > 0, phase
     for step in (0, 1):
         _assert_same_step(got[step], want[step])
     replayed = np.load(batch_path(batches, REPLAYED_STEP))["routed_experts"]
