@@ -12,15 +12,20 @@ and short ones, where a per-sample launch would cost more than it saves, stay on
 torch.compile: a per-block compiled graph calls it like one kernel) with its own backward op;
 `cu_host` is the int32 boundary tensor on the CPU (the segment plan is host-side Python).
 GQA: cuDNN gets the k/v heads as they are; if the installed cuDNN refuses fewer k/v than
-query heads, they are repeated (and their gradients summed back) from then on.
+query heads, they are repeated (and their gradients summed back) from then on. If cuDNN refuses
+a segment outright (an unsupported shape on some GPU/cuDNN), the op warns once and runs every
+segment through FA2 varlen from then on: a refusal costs speed, not the run.
 """
 
 from __future__ import annotations
 
+import logging
 from itertools import pairwise
 
 import torch
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 MIN_CUDNN_TOKENS = 1024
 """Samples at least this long go to cuDNN one by one; shorter ones are batched into FA2 varlen."""
@@ -76,11 +81,10 @@ def _flash_args(cu_local: list[int], device: torch.device) -> tuple[torch.Tensor
     return cu, max(b - a for a, b in pairwise(cu_local))
 
 
-def _cudnn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
-    """cuDNN causal attention of one sample ([L, heads, d] each); k/v repeated to the query
-    heads only where cuDNN refuses native GQA."""
+def _cudnn_sdpa(qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, scale: float):
+    """aten cuDNN attention on [1, heads, L, d]; k/v repeated to the query heads only where
+    cuDNN refuses native GQA."""
     aten = torch.ops.aten
-    qb, kb, vb = _bhld(q), _bhld(k), _bhld(v)
     if _CUDNN_NATIVE_GQA[0] or kb.shape[1] == qb.shape[1]:
         try:
             return aten._scaled_dot_product_cudnn_attention(
@@ -96,6 +100,69 @@ def _cudnn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     )
 
 
+def cudnn_forward(q, k, v, cu_local: list[int], scale: float):
+    """One sample [L, heads, d] -> (out [L, Hq, d], logsumexp [Hq, L] fp32)."""
+    res = _cudnn_sdpa(_bhld(q), _bhld(k), _bhld(v), scale)
+    return res[0][0].transpose(0, 1), res[1].reshape(q.shape[1], q.shape[0])
+
+
+def cudnn_backward(grad_out, q, k, v, out, lse, cu_local: list[int], scale: float):
+    """(dq, dk, dv) [L, heads, d] of `cudnn_forward`."""
+    H, Hkv, n = q.shape[1], k.shape[1], q.shape[0]
+    n_rep = 1 if _CUDNN_NATIVE_GQA[0] else H // Hkv
+    no_rng = torch.zeros((), dtype=torch.int64, device=q.device)  # dropout 0: unused
+    gq, gk, gv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+        _bhld(grad_out), _bhld(q), _repeat_kv(_bhld(k), n_rep), _repeat_kv(_bhld(v), n_rep),
+        _bhld(out), lse.reshape(1, H, n, 1).contiguous(),
+        no_rng, no_rng, None, None, None, n, n, 0.0, True, scale=scale,
+    )  # fmt: skip
+    dk = _sum_head_groups(gk[0], Hkv).transpose(0, 1)
+    return gq[0].transpose(0, 1), dk, _sum_head_groups(gv[0], Hkv).transpose(0, 1)
+
+
+def flash_forward(q, k, v, cu_local: list[int], scale: float):
+    """Packed samples [T, heads, d] (boundaries `cu_local`) -> (out, logsumexp [Hq, T])."""
+    cu, longest = _flash_args(cu_local, q.device)
+    o, lse, *_ = torch.ops.aten._flash_attention_forward(
+        q, k, v, cu, cu, longest, longest, 0.0, True, False, scale=scale
+    )
+    return o, lse[:, : q.shape[0]]
+
+
+def flash_backward(grad_out, q, k, v, out, lse, cu_local: list[int], scale: float):
+    """(dq, dk, dv) of `flash_forward`."""
+    cu, longest = _flash_args(cu_local, q.device)
+    rng = torch.zeros((2,), dtype=torch.uint64, device=q.device)  # dropout 0: unused
+    return torch.ops.aten._flash_attention_backward(
+        grad_out, q, k, v, out, lse.contiguous(), cu, cu, longest, longest, 0.0, True, rng,
+        torch.empty(0, device=q.device), scale=scale,
+    )  # fmt: skip
+
+
+KERNELS = {"cudnn": (cudnn_forward, cudnn_backward), "flash": (flash_forward, flash_backward)}
+"""kernel name -> (forward, backward) on one segment of `plan_segments` (tests swap in CPU
+references to check the assembly around them)."""
+_CUDNN_USABLE = [True]
+"""Cleared, with a warning, the first time cuDNN refuses a segment: FA2 varlen takes all."""
+NO_CUDNN = 2**62
+"""A `min_cudnn_tokens` no sample reaches."""
+
+
+def _forward_segments(q, k, v, cu: list[int], scale: float, min_cudnn_tokens: int):
+    T, H, _ = q.shape
+    out = torch.zeros_like(q)
+    lse = torch.zeros((H, T), dtype=torch.float32, device=q.device)
+    for kernel, s, e, local in plan_segments(cu, min_cudnn_tokens):
+        o, l = KERNELS[kernel][0](q[s:e], k[s:e], v[s:e], local, scale)
+        out[s:e].copy_(o)
+        lse[:, s:e].copy_(l)
+    return out, lse
+
+
+def _effective_min(min_cudnn_tokens: int) -> int:
+    return min_cudnn_tokens if _CUDNN_USABLE[0] else NO_CUDNN
+
+
 @torch.library.custom_op("swefleet::packed_attention", mutates_args=())
 def packed_attention(
     q: torch.Tensor,
@@ -107,23 +174,16 @@ def packed_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of packed samples: q [T, Hq, d], k/v [T, Hkv, d] -> (out [T, Hq, d],
     logsumexp [Hq, T] fp32)."""
-    T, H, _ = q.shape
-    out = torch.zeros_like(q)
-    lse = torch.zeros((H, T), dtype=torch.float32, device=q.device)
-    aten = torch.ops.aten
-    for kernel, s, e, local in plan_segments(cu_host.tolist(), min_cudnn_tokens):
-        if kernel == "cudnn":
-            res = _cudnn_forward(q[s:e], k[s:e], v[s:e], scale)
-            out[s:e].copy_(res[0][0].transpose(0, 1))
-            lse[:, s:e].copy_(res[1].reshape(H, e - s))
-        else:
-            cu, longest = _flash_args(local, q.device)
-            o, l, *_ = aten._flash_attention_forward(
-                q[s:e], k[s:e], v[s:e], cu, cu, longest, longest, 0.0, True, False, scale=scale
-            )
-            out[s:e].copy_(o)
-            lse[:, s:e].copy_(l[:, : e - s])
-    return out, lse
+    cu = cu_host.tolist()
+    if _CUDNN_USABLE[0]:
+        try:
+            return _forward_segments(q, k, v, cu, scale, min_cudnn_tokens)
+        except RuntimeError as exc:
+            if "cudnn" not in str(exc).lower() or isinstance(exc, torch.OutOfMemoryError):
+                raise
+            _CUDNN_USABLE[0] = False
+            log.warning("cuDNN attention refused (%s): FA2 varlen from now on", str(exc)[:300])
+    return _forward_segments(q, k, v, cu, scale, NO_CUDNN)
 
 
 @packed_attention.register_fake
@@ -143,36 +203,16 @@ def packed_attention_backward(
     scale: float,
     min_cudnn_tokens: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of `packed_attention`."""
-    H, Hkv = q.shape[1], k.shape[1]
-    n_rep = 1 if _CUDNN_NATIVE_GQA[0] else H // Hkv
+    """(dq, dk, dv) of `packed_attention` (the same segment plan as its forward)."""
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     grad_out = grad_out.contiguous()
-    aten = torch.ops.aten
-    no_rng = torch.zeros((), dtype=torch.int64, device=q.device)  # dropout 0: unused
-    flash_rng = torch.zeros((2,), dtype=torch.uint64, device=q.device)
-    unused = torch.empty(0, device=q.device)
-    for kernel, s, e, local in plan_segments(cu_host.tolist(), min_cudnn_tokens):
-        n = e - s
-        if kernel == "cudnn":
-            gq, gk, gv = aten._scaled_dot_product_cudnn_attention_backward(
-                _bhld(grad_out[s:e]), _bhld(q[s:e]),
-                _repeat_kv(_bhld(k[s:e]), n_rep), _repeat_kv(_bhld(v[s:e]), n_rep),
-                _bhld(out[s:e]), lse[:, s:e].reshape(1, H, n, 1).contiguous(),
-                no_rng, no_rng, None, None, None, n, n, 0.0, True, scale=scale,
-            )  # fmt: skip
-            dq[s:e].copy_(gq[0].transpose(0, 1))
-            dk[s:e].copy_(_sum_head_groups(gk[0], Hkv).transpose(0, 1))
-            dv[s:e].copy_(_sum_head_groups(gv[0], Hkv).transpose(0, 1))
-        else:
-            cu, longest = _flash_args(local, q.device)
-            gq, gk, gv = aten._flash_attention_backward(
-                grad_out[s:e], q[s:e], k[s:e], v[s:e], out[s:e], lse[:, s:e].contiguous(),
-                cu, cu, longest, longest, 0.0, True, flash_rng, unused, scale=scale,
-            )  # fmt: skip
-            dq[s:e].copy_(gq)
-            dk[s:e].copy_(gk)
-            dv[s:e].copy_(gv)
+    for kernel, s, e, local in plan_segments(cu_host.tolist(), _effective_min(min_cudnn_tokens)):
+        gq, gk, gv = KERNELS[kernel][1](
+            grad_out[s:e], q[s:e], k[s:e], v[s:e], out[s:e], lse[:, s:e], local, scale
+        )
+        dq[s:e].copy_(gq)
+        dk[s:e].copy_(gk)
+        dv[s:e].copy_(gv)
     return dq, dk, dv
 
 

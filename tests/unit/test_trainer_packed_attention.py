@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import numpy as np
 import pytest
 import torch
 
@@ -59,3 +60,119 @@ def test_cudnn_attention_needs_cuda():
 
 def test_one_token_samples_never_go_to_cudnn():
     assert plan_segments([0, 1, 3], 1) == [("flash", 0, 1, [0, 1]), ("cudnn", 1, 3, [0, 2])]
+
+
+# The op's assembly (segment plan -> kernels -> output / logsumexp / gradients in place) and its
+# cuDNN fallback, on CPU: the GPU kernels are swapped for an exact fp32 reference.
+
+
+def _reference_forward(q, k, v, cu_local, scale):
+    """Causal attention per sample (GQA) in fp32: (out [T, Hq, d], logsumexp [Hq, T])."""
+    outs, lses = [], []
+    for s, e in pairwise(cu_local):
+        qs, ks, vs = (x[s:e].transpose(0, 1).float() for x in (q, k, v))
+        rep = qs.shape[0] // ks.shape[0]
+        ks, vs = ks.repeat_interleave(rep, 0), vs.repeat_interleave(rep, 0)
+        scores = (qs @ ks.transpose(-1, -2)) * scale
+        future = torch.ones(e - s, e - s, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+        lse = scores.logsumexp(-1)
+        outs.append(((scores - lse[..., None]).exp() @ vs).transpose(0, 1).to(q.dtype))
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses, dim=1)
+
+
+def _reference_backward(grad_out, q, k, v, out, lse, cu_local, scale):
+    """Analytic gradients of `_reference_forward` (autograd is off inside a custom op)."""
+    dq, dk, dv = (torch.zeros_like(x) for x in (q, k, v))
+    for s, e in pairwise(cu_local):
+        qs, ks, vs, go = (x[s:e].transpose(0, 1).float() for x in (q, k, v, grad_out))
+        hkv, rep = ks.shape[0], qs.shape[0] // ks.shape[0]
+        ks, vs = ks.repeat_interleave(rep, 0), vs.repeat_interleave(rep, 0)
+        future = torch.ones(e - s, e - s, dtype=torch.bool).triu(1)
+        p = ((qs @ ks.transpose(-1, -2)) * scale).masked_fill(future, float("-inf")).softmax(-1)
+        o = p @ vs
+        ds = p * (go @ vs.transpose(-1, -2) - (go * o).sum(-1, keepdim=True))
+        dq[s:e] = (scale * ds @ ks).transpose(0, 1)
+        dk[s:e] = (scale * ds.transpose(-1, -2) @ qs).unflatten(0, (hkv, rep)).sum(1).transpose(0, 1)
+        dv[s:e] = (p.transpose(-1, -2) @ go).unflatten(0, (hkv, rep)).sum(1).transpose(0, 1)
+    return dq, dk, dv
+
+
+@pytest.fixture
+def cpu_kernels(monkeypatch):
+    """Both kernels replaced by the reference; records (kernel, segment length) per call."""
+    from trainer import packed_attention as pa
+
+    calls = []
+
+    def kernel(name, fn):
+        def run(q, *args):
+            calls.append((name, fn.__name__, q.shape[0]))
+            return fn(q, *args)
+
+        return run
+
+    monkeypatch.setattr(pa, "KERNELS", {
+        name: (kernel(name, _reference_forward), kernel(name, _reference_backward))
+        for name in ("cudnn", "flash")
+    })  # fmt: skip
+    monkeypatch.setattr(pa, "_CUDNN_USABLE", [True])
+    return calls
+
+
+def _packed_inputs(lengths, hq=4, hkv=2, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    t = sum(lengths)
+    q, k, v = (torch.randn(t, h, d, generator=g, requires_grad=True) for h in (hq, hkv, hkv))
+    cu = torch.tensor([0, *np.cumsum(lengths).tolist()], dtype=torch.int32)
+    return q, k, v, cu
+
+
+def _run(fn, q, k, v, cu, seed=1):
+    out = fn(q, k, v, cu)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
+    return (out, *torch.autograd.grad(out, (q, k, v), g))
+
+
+def test_segments_assemble_to_whole_batch_attention(cpu_kernels):
+    from trainer.packed_attention import packed_attention
+
+    lengths = [5, 40, 3, 2, 33, 1]
+    q, k, v, cu = _packed_inputs(lengths)
+    got = _run(lambda *a: packed_attention(*a[:3], a[3], 0.3, 30)[0], q, k, v, cu)
+    want = _run(lambda *a: _reference_forward(*a[:3], a[3].tolist(), 0.3)[0], q, k, v, cu)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    forward = [(name, n) for name, fn, n in cpu_kernels if fn == "_reference_forward"]
+    assert forward == [("flash", 5), ("cudnn", 40), ("flash", 5), ("cudnn", 33), ("flash", 1)]
+
+
+def test_cudnn_refusal_falls_back_to_flash_for_good(cpu_kernels, monkeypatch, caplog):
+    from trainer import packed_attention as pa
+
+    def refuse(*args):
+        raise RuntimeError("cuDNN Frontend error: s_q = s_kv = 1 is not supported.")
+
+    monkeypatch.setitem(pa.KERNELS, "cudnn", (refuse, refuse))
+    q, k, v, cu = _packed_inputs([40, 7, 33])
+    with caplog.at_level("WARNING"):
+        got = _run(lambda *a: pa.packed_attention(*a[:3], a[3], 0.3, 30)[0], q, k, v, cu)
+    want = _run(lambda *a: _reference_forward(*a[:3], a[3].tolist(), 0.3)[0], q, k, v, cu)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    assert pa._CUDNN_USABLE == [False] and "FA2 varlen from now on" in caplog.text
+    assert {name for name, _, _ in cpu_kernels} == {"flash"}
+
+
+def test_other_kernel_errors_propagate(cpu_kernels, monkeypatch):
+    from trainer import packed_attention as pa
+
+    def broken(*args):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setitem(pa.KERNELS, "cudnn", (broken, broken))
+    q, k, v, cu = _packed_inputs([40])
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        pa.packed_attention(q, k, v, cu, 0.3, 30)
+    assert pa._CUDNN_USABLE == [True]
