@@ -5,7 +5,8 @@ run; eval: per-task outcomes). Noise (docs/bench.md):
 - bench: 95% CI of stat(B) - stat(A) from a two-level bootstrap (runs, then steps in a run);
 - eval: 95% CI of mean over tasks of the per-task value, bootstrap over tasks, paired when both
   reports cover the same tasks.
-A delta is "beyond noise" when its CI excludes 0. Metrics without raw samples are "not tested".
+A delta is "beyond noise" when its CI excludes 0. Metrics without raw samples, or with a single
+one on a side (a bootstrap of one value has no spread), are "not tested".
 """
 
 from __future__ import annotations
@@ -70,9 +71,11 @@ def _bench_rows(a: dict, b: dict, n_boot: int, seed: int) -> list[dict]:
         if not flat_a or not flat_b:
             rows.append(_row(metric, None, None, note="no samples"))
             continue
-        ci = bootstrap_delta_ci(sa, sb, stat, n_boot=n_boot, seed=seed)
+        note = f"runs {len(sa)} vs {len(sb)}, steps {len(flat_a)} vs {len(flat_b)}"
+        ci = (bootstrap_delta_ci(sa, sb, stat, n_boot=n_boot, seed=seed)
+              if min(len(flat_a), len(flat_b)) > 1 else None)
         rows.append(_row(metric, stat(flat_a), stat(flat_b), ci,
-                         note=f"runs {len(sa)} vs {len(sb)}, steps {len(flat_a)} vs {len(flat_b)}"))
+                         note=note if ci else f"{note}: one sample, no noise estimate"))
     for key in ("rollouts_per_s", "trainer_tokens_per_s_median"):
         rows.append(_row(key, a["throughput"][key], b["throughput"][key]))
     rows.append(_row("warmup_steps", a["warmup_steps"], b["warmup_steps"]))
@@ -98,9 +101,14 @@ def _eval_rows(a: dict, b: dict, n_boot: int, seed: int) -> list[dict]:
         if not ta or not tb:
             rows.append(_row(metric, None, None, note="no scored tasks"))
             continue
+        va, vb = mean(list(ta.values())), mean(list(tb.values()))
+        if min(len(ta), len(tb)) < 2:
+            rows.append(_row(metric, va, vb, note=f"tasks {len(ta)} vs {len(tb)}: one task, no "
+                                                  "noise estimate"))
+            continue
         ci, paired = bootstrap_task_delta_ci(ta, tb, n_boot=n_boot, seed=seed)
         note = f"{'paired' if paired else 'unpaired'}, tasks {len(ta)} vs {len(tb)}"
-        rows.append(_row(metric, mean(list(ta.values())), mean(list(tb.values())), ci, note))
+        rows.append(_row(metric, va, vb, ci, note))
     for key in ("flip_rate", "infra_errors", "n_tasks", "n_episodes", "tokens_mean", "wall_s_mean"):
         rows.append(_row(key, a.get(key), b.get(key)))
     return rows

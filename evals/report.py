@@ -1,6 +1,6 @@
 """Eval report: every number recomputed from the raw per-episode records (`episodes.jsonl`).
 
-Schema `swefleet.eval/1` (JSON): success_rate, ci95, pass_at_k, pass_hat_k, avg_at_k, flip_rate,
+Schema `swefleet.eval/2` (JSON): success_rate, ci95, pass_at_k, pass_hat_k, avg_at_k, flip_rate,
 n_tasks, n_episodes, infra_errors, success_rate_infra_as_failure, tokens_mean, wall_s_mean,
 per_task. Infra errors are excluded from the rates (and counted); the `_infra_as_failure` rate
 counts them as failures, for comparison.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from evals.stats import bootstrap_ci, flip_rate, mean_pass_at_k, mean_pass_hat_k, success_rate
+from evals.stats import flip_rate, mean_pass_at_k, mean_pass_hat_k, success_rate, success_rate_ci
 
-SCHEMA = "swefleet.eval/1"
+SCHEMA = "swefleet.eval/2"
 
 
 def outcomes_by_task(records: list[dict], *, infra_as_failure: bool = False) -> dict[str, list[bool]]:
@@ -30,7 +30,7 @@ def build_report(records: list[dict], k: int) -> dict:
     outcomes = outcomes_by_task(records)
     all_tasks = sorted({r["task_id"] for r in records})
     ks = list(range(1, k + 1))
-    lo, hi = bootstrap_ci(outcomes)
+    lo, hi = success_rate_ci(outcomes)
     tokens = [r.get("tokens", 0) for r in records]
     walls = [r.get("wall_s", 0.0) for r in records]
     return {
@@ -61,8 +61,8 @@ def report_markdown(report: dict) -> str:
         (f"- tasks: {report['n_tasks']}, episodes: {report['n_episodes']}, "
          f"infra errors: {report['infra_errors']} "
          f"(rate with them as failures: {report['success_rate_infra_as_failure']:.1%})"),
-        "- pass@k: " + ", ".join(f"k={k}: {v:.1%}" for k, v in report["pass_at_k"].items()),
-        "- pass^k: " + ", ".join(f"k={k}: {v:.1%}" for k, v in report["pass_hat_k"].items()),
+        "- pass@k: " + ", ".join(f"k={k}: {_pct(v)}" for k, v in report["pass_at_k"].items()),
+        "- pass^k: " + ", ".join(f"k={k}: {_pct(v)}" for k, v in report["pass_hat_k"].items()),
         (f"- flip rate: {report['flip_rate']:.1%}; tokens/episode: {report['tokens_mean']:.0f}; "
          f"wall s/episode: {report['wall_s_mean']:.1f}"),
         "",
@@ -72,3 +72,7 @@ def report_markdown(report: dict) -> str:
     for task, outs in report["per_task"].items():
         lines.append(f"| {task} | {''.join('✓' if o else '✗' for o in outs) or 'infra'} |")
     return "\n".join(lines) + "\n"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a (no task has k scored attempts)" if v is None else f"{v:.1%}"

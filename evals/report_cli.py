@@ -27,6 +27,11 @@ def report_eval_cli(args: argparse.Namespace) -> int:
     records = read_jsonl(root / "episodes.jsonl")
     if not records:
         raise SystemExit(f"{root}/episodes.jsonl: no episodes")
+    bad = next((i for i, r in enumerate(records)
+                if not isinstance(r, dict) or not {"task_id", "resolved"} <= r.keys()), None)
+    if bad is not None:
+        raise ValueError(f"{root}/episodes.jsonl: record {bad + 1} is not an eval episode (needs "
+                         "task_id and resolved; an RL run's episodes are not an eval)")
     k = args.k or max(Counter(r["task_id"] for r in records).values())
     report = build_report(records, k)
     write_json_atomic(root / "report.json", report)

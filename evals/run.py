@@ -134,7 +134,11 @@ class _PatchPolicy:
         patch = self.patch_for(task)
         traj = Trajectory(episode_id=uuid.uuid4().hex[:12], task_id=task.instance_id,
                           model_patch=patch, status=EpisodeStatus.unresolved)
-        result = await grader.grade(task, patch)
+        try:
+            result = await grader.grade(task, patch)
+        except Exception as e:  # noqa: BLE001 - one episode's fault boundary: recorded, eval goes on
+            traj.status, traj.reason = EpisodeStatus.infra_error, f"{type(e).__name__}: {e}"
+            return traj
         traj.grade = result
         if result.status == GradeStatus.resolved:
             traj.status, traj.reward = EpisodeStatus.resolved, 1.0

@@ -1,4 +1,4 @@
-"""Statistics for success rates: unbiased pass@k, pass^k, bootstrap confidence intervals.
+"""Statistics for success rates: unbiased pass@k, pass^k, confidence intervals (bootstrap, Wilson).
 
 All functions take per-task outcome lists (True = resolved) so every number in a report can be
 recomputed from the raw per-episode records.
@@ -7,7 +7,8 @@ recomputed from the raw per-episode records.
 from __future__ import annotations
 
 import random
-from math import comb
+from math import comb, sqrt
+from statistics import NormalDist
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -27,14 +28,16 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     return comb(c, k) / comb(n, k)
 
 
-def mean_pass_at_k(outcomes: dict[str, list[bool]], k: int) -> float:
+def mean_pass_at_k(outcomes: dict[str, list[bool]], k: int) -> float | None:
+    """Mean over tasks with >= k attempts; None when no task has k attempts."""
     vals = [pass_at_k(len(o), sum(o), k) for o in outcomes.values() if len(o) >= k]
-    return sum(vals) / len(vals) if vals else 0.0
+    return sum(vals) / len(vals) if vals else None
 
 
-def mean_pass_hat_k(outcomes: dict[str, list[bool]], k: int) -> float:
+def mean_pass_hat_k(outcomes: dict[str, list[bool]], k: int) -> float | None:
+    """Mean over tasks with >= k attempts; None when no task has k attempts."""
     vals = [pass_hat_k(len(o), sum(o), k) for o in outcomes.values() if len(o) >= k]
-    return sum(vals) / len(vals) if vals else 0.0
+    return sum(vals) / len(vals) if vals else None
 
 
 def success_rate(outcomes: dict[str, list[bool]]) -> float:
@@ -57,6 +60,29 @@ def bootstrap_ci(
     lo_i = int((1 - level) / 2 * (n_boot - 1))
     hi_i = int((1 + level) / 2 * (n_boot - 1))
     return (stats[lo_i], stats[hi_i])
+
+
+def wilson_interval(p: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion `p` observed over `n` units; (0, 1) for n = 0. For a
+    mean of values in [0, 1] (per-task fractions) it assumes the largest variance, p(1 - p)."""
+    if n == 0:
+        return (0.0, 1.0)
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    center = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (0.0 if p <= 0 else max(0.0, center - half), 1.0 if p >= 1 else min(1.0, center + half))
+
+
+def success_rate_ci(
+    outcomes: dict[str, list[bool]], *, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """CI of `success_rate`: the union of the task bootstrap (`bootstrap_ci`) and the Wilson
+    interval over scored tasks. The bootstrap alone collapses to a point when every task has the
+    same outcome (0/n, n/n, one task); Wilson keeps an honest width there."""
+    blo, bhi = bootstrap_ci(outcomes, n_boot=n_boot, level=level, seed=seed)
+    wlo, whi = wilson_interval(success_rate(outcomes), sum(1 for o in outcomes.values() if o),
+                               level)
+    return (min(blo, wlo), max(bhi, whi))
 
 
 def flip_rate(outcomes: dict[str, list[bool]]) -> float:

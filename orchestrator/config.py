@@ -16,8 +16,9 @@ class OrchestratorConfig(BaseModel):
     """Number of optimizer steps (batches handed to the trainer)."""
     groups_per_step: int = Field(2, ge=1)
     """Task groups per batch. One group = `rollouts_per_task` episodes of the same task."""
-    rollouts_per_task: int = Field(2, ge=1)
-    """Group size k: episodes per task per group; advantages are computed within a group."""
+    rollouts_per_task: int = Field(2, ge=2)
+    """Group size k: episodes per task per group; advantages are computed within a group
+    (reward minus the group mean), so k >= 2: a group of one always has advantage 0."""
     max_concurrent_episodes: int = Field(4, ge=1)
     """Episodes in flight at once (each holds one sandbox)."""
     async_level: int = Field(1, ge=0)

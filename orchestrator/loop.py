@@ -75,6 +75,8 @@ class RLLoop:
         self.rng = random.Random(cfg.seed)
         self.started_at = time.monotonic()
         self.groups: set[asyncio.Task] = set()
+        self.failed: asyncio.Future | None = None
+        """Set (by `run`) to the error of a group whose rollout raised: fails the run."""
         self.last_weight_sync_s = 0.0
         self._dropped_before = 0
 
@@ -93,7 +95,12 @@ class RLLoop:
                 order = self.rng.sample(self.tasks, len(self.tasks))
             group = asyncio.create_task(self._run_group(order.pop()))
             self.groups.add(group)
-            group.add_done_callback(self.groups.discard)
+            group.add_done_callback(self._group_done)
+
+    def _group_done(self, group: asyncio.Task) -> None:
+        self.groups.discard(group)
+        if not group.cancelled() and group.exception() and not self.failed.done():
+            self.failed.set_exception(group.exception())  # fails the run (see `run`)
 
     async def _run_group(self, task: Task) -> None:
         group_id = f"{task.instance_id}-{uuid.uuid4().hex[:8]}"
@@ -105,8 +112,13 @@ class RLLoop:
         finally:
             for r in runs:
                 r.cancel()
-        group = [r.result() for r in runs
-                 if not r.cancelled() and r.exception() is None and r.result() is not None]
+        for r in runs:
+            if not r.cancelled() and r.exception() is not None:
+                e = r.exception()
+                raise RunAborted(f"a rollout of {task.instance_id} raised {type(e).__name__}: {e} "
+                                 "(a rollout records its errors in the trajectory; it must not "
+                                 "raise)") from e
+        group = [r.result() for r in runs if not r.cancelled() and r.result() is not None]
         await self.ready.put(group)
 
     async def _await_group(self, runs: list[asyncio.Task], handles: list[RolloutHandle]) -> None:
@@ -170,8 +182,9 @@ class RLLoop:
         while True:
             nxt = self.run_dir.weights_path(self.state.served_version + 1)
             if not nxt.exists():
-                problem = self.health()
-                if problem:
+                # the trainer exits (code 0) once it has published the last version
+                problem = self.health() if self.state.served_version < self.cfg.steps else None
+                if problem and not nxt.exists():  # not published just before it exited
                     raise RunAborted(problem)
                 await asyncio.sleep(0.2)
                 continue
@@ -204,6 +217,14 @@ class RLLoop:
         async with asyncio.timeout(timeout_s), self.version_changed:
             await self.version_changed.wait_for(lambda: self.state.served_version >= version)
 
+    async def _wait_weights(self, version: int) -> None:
+        try:
+            await self._wait_version(version, self.cfg.weights_timeout_s)
+        except TimeoutError:
+            raise RunAborted(
+                f"the trainer published no policy v{version} within weights_timeout_s="
+                f"{self.cfg.weights_timeout_s:g}s (see logs/trainer.log)") from None
+
     def _count_drop(self, reason: str, n: int = 1) -> None:
         self.state.drops[reason] = self.state.drops.get(reason, 0) + n
 
@@ -232,11 +253,13 @@ class RLLoop:
 
     async def run(self) -> list[dict]:
         """Run all steps; a failed component (producer, weight watcher) fails the run loudly."""
+        self.failed = asyncio.get_running_loop().create_future()
         components = [asyncio.create_task(self._produce(), name="producer"),
                       asyncio.create_task(self._watch_weights(), name="weight-watcher")]
         steps = asyncio.create_task(self._steps(), name="steps")
         try:
-            done, _ = await asyncio.wait([steps, *components], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([steps, *components, self.failed],
+                                         return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if t is not steps:
                     t.result()  # re-raises the component's error
@@ -245,6 +268,7 @@ class RLLoop:
         finally:
             for t in [steps, *components]:
                 t.cancel()
+            self.failed.cancel()
             await _settle([steps, *components])
             await self._cancel_in_flight()
 
@@ -254,7 +278,7 @@ class RLLoop:
         last = time.monotonic()
         step = self.resume.step
         while step < self.cfg.steps:
-            await self._wait_version(step - self.cfg.async_level, self.cfg.weights_timeout_s)
+            await self._wait_weights(step - self.cfg.async_level)
             groups, wait_s = await self._collect(step)
             trajs = [t for g in groups for t in g]
             samples = batch_samples(groups, self.cfg.drop_zero_variance_groups)
@@ -279,7 +303,7 @@ class RLLoop:
             records.append(record)
             self.on_step(record)
             step += 1
-        await self._wait_version(self.cfg.steps, self.cfg.weights_timeout_s)
+        await self._wait_weights(self.cfg.steps)
         return records
 
     def _step_record(self, step: int, trajs: list[Trajectory], n_samples: int, wait_s: float,

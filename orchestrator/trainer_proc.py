@@ -44,10 +44,13 @@ def stop_trainer(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
 
 
 def trainer_problem(proc: subprocess.Popen, run_dir: RunDir) -> str | None:
+    """Why the trainer can publish no more weights: it exited, whatever the code (it also exits
+    0 on SIGTERM). The loop asks only while it still waits for a version."""
     code = proc.poll()
-    if code is None or code == 0:
+    if code is None:
         return None
-    tail = (run_dir.logs / "trainer.log").read_text(errors="replace")[-2000:]
+    log_path = run_dir.logs / "trainer.log"
+    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
     return f"trainer process exited with code {code}; last log lines:\n{tail}"
 
 

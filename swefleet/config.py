@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.config import AgentConfig
 from envs.config import FarmConfig
@@ -74,10 +74,18 @@ class RunConfig(BaseModel):
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Load a TOML config; `overrides` are `section.key=value` strings (TOML values)."""
+    """Load a TOML config; `overrides` are `section.key=value` strings (TOML values). Bad input
+    (unreadable file, invalid UTF-8 or TOML, a bad override, a field that does not validate)
+    raises ValueError with one line that names the file and the field."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (TOML must be UTF-8): {e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from e
     for item in overrides or []:
@@ -85,7 +93,17 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         if not sep:
             raise ValueError(f"override {item!r} is not of the form section.key=value")
         _set_dotted(data, key.strip(), _parse_value(raw.strip()))
-    return RunConfig.model_validate(data)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(f"{path}: " + "; ".join(_error_line(err) for err in e.errors())) from e
+
+
+def _error_line(err: dict) -> str:
+    where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+    given = err.get("input")
+    shown = "" if isinstance(given, dict) else f" (got {given!r:.60})"
+    return f"{where}: {err['msg']}{shown}"
 
 
 def _parse_value(raw: str):
@@ -97,6 +115,11 @@ def _parse_value(raw: str):
 
 def _set_dotted(data: dict, key: str, value) -> None:
     parts = key.split(".")
-    for part in parts[:-1]:
+    if not all(parts):
+        raise ValueError(f"override key {key!r} is not of the form section.key")
+    for i, part in enumerate(parts[:-1]):
         data = data.setdefault(part, {})
+        if not isinstance(data, dict):  # bad user input: ValueError is what the CLI reports
+            raise ValueError(f"override {key}: {'.'.join(parts[:i + 1])} is a value, "  # noqa: TRY004
+                             "not a section")
     data[parts[-1]] = value

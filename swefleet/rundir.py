@@ -18,11 +18,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
 
 from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
 
 
 class RunDir:
@@ -67,24 +70,37 @@ def default_output_dir(name: str) -> Path:
 
 
 def append_jsonl(path: Path, record: dict | BaseModel) -> None:
-    """Append one JSON line and flush it to disk (a crash loses nothing finished)."""
+    """Append one JSON line and flush it to disk (a crash loses nothing finished). A torn last
+    line left by a killed writer is ended first, so it cannot swallow the new record."""
     line = record.model_dump_json() if isinstance(record, BaseModel) else json.dumps(record)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
+    data = (line + "\n").encode("utf-8")
+    with open(path, "a+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        if end:
+            f.seek(end - 1)
+            if f.read(1) != b"\n":
+                data = b"\n" + data
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Read a JSONL file, skipping a torn last line left by a crash."""
+    """Read a JSONL file, skipping lines torn by a crash (cut JSON or a cut UTF-8 character);
+    a skipped line other than the last is logged."""
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+        except ValueError:  # JSONDecodeError, UnicodeDecodeError
+            if i < len(lines) - 1:
+                log.warning("%s: line %d is not valid JSON (torn by a crash?); skipped", path,
+                            i + 1)
     return records
 
 

@@ -56,7 +56,7 @@ def test_report_eval_via_cli(tmp_path):
     (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
     _swefleet("report", "eval", str(tmp_path))
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["schema"] == "swefleet.eval/1"
+    assert report["schema"] == "swefleet.eval/2"
     assert report["success_rate"] == pytest.approx(0.25)  # (1/2 + 0/1) / 2, infra excluded
     assert report["pass_at_k"]["2"] == pytest.approx(1.0)  # k inferred: 2 attempts per task
     assert (tmp_path / "success_by_task.png").read_bytes()[:8] == PNG

@@ -109,3 +109,17 @@ def test_compare_markdown_and_cli(tmp_path, capsys):
     assert "**beyond noise**" in text and "not tested" in text
     assert json.loads(out.read_text())["schema"] == "swefleet.compare/1"
     assert "config changes" not in compare_markdown(compare_reports(a, a, n_boot=50))
+
+
+def test_a_single_sample_is_never_beyond_noise(tmp_path):
+    """One task (or one steady step) per side: a bootstrap of one value has no spread, so its
+    CI is the point delta itself and would call any change significant."""
+    sr = _rows(compare_reports(_eval({"a": [False]}), _eval({"a": [True]}), n_boot=100))
+    assert sr["success_rate"]["delta"] == 1.0
+    assert sr["success_rate"]["beyond_noise"] is None and "one task" in sr["success_rate"]["note"]
+    from tests.unit.evals_bench_fixture import write_run
+
+    one = [build_bench_report([load_run(write_run(tmp_path / n, [5, t], steps=2))])
+           for n, t in (("a", 2.0), ("b", 2.5))]  # step 0 is warm-up: one steady step each
+    med = _rows(compare_reports(*one, n_boot=100))["step_time_median_s"]
+    assert med["delta"] == 0.5 and med["beyond_noise"] is None and med["ci95"] is None

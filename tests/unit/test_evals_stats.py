@@ -1,7 +1,15 @@
 import pytest
 
-from evals.report import build_report
-from evals.stats import bootstrap_ci, flip_rate, pass_at_k, pass_hat_k, success_rate
+from evals.report import build_report, report_markdown
+from evals.stats import (
+    bootstrap_ci,
+    flip_rate,
+    pass_at_k,
+    pass_hat_k,
+    success_rate,
+    success_rate_ci,
+    wilson_interval,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -48,3 +56,36 @@ def test_report_recomputed_from_records_with_infra_excluded():
     assert r["pass_at_k"]["1"] == pytest.approx((0.5 + 0.0) / 2)
     assert r["pass_at_k"]["2"] == pytest.approx(1.0)  # only task a has 2 scored attempts
     assert r["tokens_mean"] == pytest.approx(15.0)
+
+
+def test_wilson_interval_reference_values():
+    # published 95% Wilson score intervals (e.g. statsmodels proportion_confint method="wilson")
+    assert wilson_interval(0.0, 10) == (0.0, pytest.approx(0.277533, abs=1e-6))
+    assert wilson_interval(1.0, 10) == (pytest.approx(0.722467, abs=1e-6), 1.0)
+    assert wilson_interval(0.5, 10) == pytest.approx((0.236593, 0.763407), abs=1e-6)
+    assert wilson_interval(1.0, 1) == (pytest.approx(0.206549, abs=1e-6), 1.0)  # 1 / (1 + z^2)
+    assert wilson_interval(0.0, 0) == (0.0, 1.0)
+
+
+def test_success_rate_ci_never_collapses_to_a_point():
+    """All tasks failed (or passed), or a single task: the bootstrap alone gives [p, p]."""
+    assert success_rate_ci({t: [False] for t in "abc"}) == (0.0, pytest.approx(0.561497, abs=1e-6))
+    assert success_rate_ci({t: [True] for t in "abc"}) == (pytest.approx(0.438503, abs=1e-6), 1.0)
+    lo, hi = success_rate_ci({"a": [True, False]})  # one task: nothing known about the others
+    assert lo < 0.5 < hi and hi - lo > 0.5
+    assert success_rate_ci({}) == (0.0, 1.0) == success_rate_ci({"a": []})  # nothing scored
+    lo, hi = success_rate_ci({str(i): [i % 2 == 0] for i in range(40)})
+    b_lo, b_hi = bootstrap_ci({str(i): [i % 2 == 0] for i in range(40)})
+    assert lo <= b_lo and hi >= b_hi and 0.3 < lo < 0.5 < hi < 0.7
+
+
+def test_report_ci_and_pass_at_k_without_enough_attempts():
+    records = [{"task_id": t, "attempt": 0, "resolved": True, "tokens": 1, "wall_s": 1.0}
+               for t in "ab"]
+    records += [{"task_id": t, "attempt": 1, "resolved": None, "tokens": 1, "wall_s": 1.0}
+                for t in "ab"]  # the second attempt of every task was an infra error
+    r = build_report(records, k=2)
+    assert r["ci95"] == [pytest.approx(2 / (2 + 1.959964**2)), 1.0]  # Wilson, 2 of 2
+    assert r["pass_at_k"] == {"1": 1.0, "2": None}  # no task has 2 scored attempts: not 0.0
+    assert r["pass_hat_k"]["2"] is None
+    assert "k=2: n/a" in report_markdown(r)

@@ -102,3 +102,76 @@ async def test_all_masked_batches_abort_with_a_clear_message(tmp_path):
     loop = RLLoop(cfg, broken, TASKS, RunDir(tmp_path), update)
     with pytest.raises(RunAborted, match="no trainable sample"):
         await asyncio.wait_for(loop.run(), 30)
+
+
+async def test_a_rollout_that_raises_fails_the_run_instead_of_hanging(tmp_path):
+    cfg = OrchestratorConfig(steps=2, groups_per_step=1, rollouts_per_task=2)
+
+    async def buggy(task, handle, group_id, sink):
+        raise OSError(28, "No space left on device")  # e.g. the sink could not append
+
+    async def update(version, path):
+        pass
+
+    loop = RLLoop(cfg, buggy, TASKS, RunDir(tmp_path), update)
+    with pytest.raises(RunAborted, match="raised OSError.*No space left"):
+        await asyncio.wait_for(loop.run(), 10)
+
+
+def _exited_trainer(run_dir: RunDir):
+    import subprocess
+    import sys
+
+    with open(run_dir.logs / "trainer.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-c", "print('stopped by SIGTERM')"], stdout=log)
+        proc.wait()
+    return proc
+
+
+async def test_trainer_exiting_0_before_the_last_version_fails_the_run(tmp_path):
+    """The trainer exits 0 on SIGTERM: the loop must not wait weights_timeout_s (600 s) for it."""
+    from orchestrator.trainer_proc import trainer_problem
+
+    run_dir = RunDir(tmp_path)
+    proc = _exited_trainer(run_dir)
+    cfg = OrchestratorConfig(steps=2, groups_per_step=1, rollouts_per_task=2)
+    state: dict = {}
+
+    async def update(version, path):
+        pass
+
+    loop = RLLoop(cfg, make_rollout(state), TASKS, run_dir, update,
+                  health=lambda: trainer_problem(proc, run_dir))
+    state["loop"] = loop
+    with pytest.raises(RunAborted, match="exited with code 0(.|\n)*stopped by SIGTERM"):
+        await asyncio.wait_for(loop.run(), 10)
+
+
+async def test_trainer_exiting_after_the_last_version_is_a_normal_end(tmp_path):
+    run_dir = RunDir(tmp_path)
+    cfg = OrchestratorConfig(steps=3, groups_per_step=1, rollouts_per_task=2)
+    state: dict = {}
+    trainer = asyncio.create_task(fake_trainer(run_dir, cfg.steps, delay_s=0.0))
+
+    async def update(version, path):
+        pass
+
+    loop = RLLoop(cfg, make_rollout(state), TASKS, run_dir, update,
+                  health=lambda: "trainer process exited with code 0" if trainer.done() else None)
+    state["loop"] = loop
+    records = await asyncio.wait_for(loop.run(), 20)
+    assert [r["step"] for r in records] == [0, 1, 2]
+
+
+async def test_weights_timeout_is_a_clear_run_error(tmp_path):
+    cfg = OrchestratorConfig(steps=2, groups_per_step=1, rollouts_per_task=2,
+                             weights_timeout_s=0.3)
+    state: dict = {}
+
+    async def update(version, path):
+        pass
+
+    loop = RLLoop(cfg, make_rollout(state), TASKS, RunDir(tmp_path), update)  # no trainer
+    state["loop"] = loop
+    with pytest.raises(RunAborted, match=r"no policy v2 within weights_timeout_s=0.3s"):
+        await asyncio.wait_for(loop.run(), 10)

@@ -1,0 +1,43 @@
+"""`swefleet eval` policies: one episode's failure is recorded, never the end of the eval."""
+
+import pytest
+
+from evals.run import _PatchPolicy, _record
+from swefleet.types import EpisodeStatus, GradeResult, GradeStatus, Task
+
+pytestmark = pytest.mark.unit
+TASK = Task(instance_id="t1", repo="x/x", problem_statement="p", patch="diff --git a/x b/x\n")
+
+
+class _Grader:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+
+    async def grade(self, task, patch):
+        if self.error:
+            raise self.error
+        return GradeResult(instance_id=task.instance_id, status=GradeStatus.resolved)
+
+
+async def test_a_grader_exception_is_an_infra_error_record():
+    traj = await _PatchPolicy("oracle")(TASK, _Grader(RuntimeError("docker: 500 Server Error")))
+    assert traj.status == EpisodeStatus.infra_error
+    assert traj.reason == "RuntimeError: docker: 500 Server Error" and traj.reward is None
+    record = _record(TASK, 0, traj, 1.0)
+    assert record["resolved"] is None and record["model_patch"] == TASK.patch
+
+
+async def test_oracle_resolves():
+    traj = await _PatchPolicy("oracle")(TASK, _Grader())
+    assert traj.status == EpisodeStatus.resolved and traj.reward == 1.0
+
+
+def test_report_eval_of_a_non_eval_directory_is_a_clear_error(tmp_path, capsys):
+    from swefleet.cli import main
+    from swefleet.rundir import append_jsonl
+
+    append_jsonl(tmp_path / "episodes.jsonl", {"episode_id": "e", "task_id": "t1",
+                                               "status": "resolved", "reward": 1.0})  # an RL run
+    assert main(["report", "eval", str(tmp_path), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "episodes.jsonl: record 1 is not an eval episode" in err and err.count("\n") == 1
