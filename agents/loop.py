@@ -18,6 +18,7 @@ Every episode ends with one `EpisodeStatus`; the trajectory is returned in every
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 
@@ -89,13 +90,15 @@ async def run_episode(
     except Exception as exc:  # noqa: BLE001 - the episode's one fault boundary: infra
         _finish(traj, EpisodeStatus.infra_error, _describe(exc))
     finally:
-        if traj.status != EpisodeStatus.cancelled:
-            await episode.collect_patch()
-        traj.timings.update(
-            model=episode.model_s, env=episode.env_s, total=time.monotonic() - start
-        )
-        if on_end is not None:
-            on_end(traj)
+        try:
+            if traj.status != EpisodeStatus.cancelled:
+                await episode.collect_patch()
+        finally:  # also when cancelled while collecting the patch
+            traj.timings.update(
+                model=episode.model_s, env=episode.env_s, total=time.monotonic() - start
+            )
+            if on_end is not None:
+                on_end(traj)
     return traj
 
 
@@ -263,6 +266,12 @@ class _Episode:
         except DiskBudgetExceeded as exc:
             if self.traj.status not in NON_SCORABLE:
                 _finish(self.traj, EpisodeStatus.limit_disk, str(exc))
+        except asyncio.CancelledError:  # the patch is unknown: never graded
+            before = f"{self.traj.status.value}: {self.traj.reason}"
+            _finish(
+                self.traj, EpisodeStatus.cancelled, f"cancelled during the diff (after {before})"
+            )
+            raise
         except Exception as exc:  # noqa: BLE001 - fault boundary of the patch step
             detail = f"diff failed: {_describe(exc)}"
             if self.traj.status in NON_SCORABLE:
@@ -292,6 +301,8 @@ def _check_completion(completion: Completion, max_tokens: int) -> None:
         raise ValueError(f"server returned {n_logprobs} logprobs for {n_ids} tokens")
     if n_ids > max_tokens:
         raise ValueError(f"server returned {n_ids} tokens for max_tokens={max_tokens}")
+    if not math.isfinite(sum(completion.logprobs)):  # JSON would store null: unreadable
+        raise ValueError("server returned non-finite logprobs (NaN or infinite)")
 
 
 def _deadline(config: AgentConfig, deadline_s: float | None, start: float) -> float | None:

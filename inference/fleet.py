@@ -46,6 +46,7 @@ its deadline). Weight updates speak either the swefleet API or vLLM 0.26's dev r
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections import Counter
@@ -54,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -410,8 +412,7 @@ class FleetClient:
         server = call.server = await self._route(call, self._router)
         sent_version = server.version
         resp = await self._post(call, server, body, headers)
-        data = CompletionResponse.model_validate_json(resp.content)
-        return self._completion(call, server, data, sent_version)
+        return self._completion(call, server, _answer(server, resp.content), sent_version)
 
     async def _streamed(self, call: _Call) -> Completion:
         """One streamed attempt: `first_token_by` bounds routing, connecting and the first
@@ -456,7 +457,10 @@ class FleetClient:
         if not chunks.finished:
             server.failures += 1
             raise _Retryable(f"{server.url}: stream ended before the completion finished")
-        return chunks.response()
+        try:
+            return chunks.response()
+        except StreamError as exc:
+            raise RequestCancelled(CancelReason.server_error, f"{server.url}: {exc}") from None
 
     async def _prefill(self, call: _Call, headers: dict[str, str]) -> dict:
         """Phase 1 of disaggregated serving: the prefill answer's `kv_transfer_params`."""
@@ -464,7 +468,7 @@ class FleetClient:
         call.prefill = (server, server.version)
         t0 = time.monotonic()
         resp = await self._post(call, server, prefill_body(call.body), headers)
-        data = CompletionResponse.model_validate_json(resp.content)
+        data = _answer(server, resp.content)
         if data.choices and data.choices[0].finish_reason == "abort":
             raise RequestCancelled(CancelReason.shutdown, f"{server.url}: prefill aborted")
         try:
@@ -542,6 +546,8 @@ class FleetClient:
         data: CompletionResponse,
         sent_version: int | None = None,
     ) -> Completion:
+        if not data.choices:
+            raise RequestCancelled(CancelReason.server_error, f"{server.url}: answer has no choice")
         choice = data.choices[0]
         ids = choice.token_ids
         lps = choice.logprobs.token_logprobs if choice.logprobs else None
@@ -549,6 +555,8 @@ class FleetClient:
             raise RequestCancelled(
                 CancelReason.server_error, f"{server.url}: answer lacks token_ids/logprobs"
             )
+        if not math.isfinite(sum(lps)):  # NaN/inf: unusable for training, unwritable as JSON
+            raise RequestCancelled(CancelReason.server_error, f"{server.url}: non-finite logprobs")
         version = data.policy_version if data.policy_version is not None else server.version or 0
         final = data.policy_version_final if data.policy_version_final is not None else version
         server.version = max(server.version or 0, final)
@@ -653,11 +661,23 @@ class FleetClient:
         except (ConnectionError, TimeoutError):
             server.down_until = time.monotonic() + self.config.server_cooldown_s
             return
-        if resp.status_code == 200:
-            if resp.content:  # vLLM answers an empty 200: keep the version we set ourselves
+        healthy = resp.status_code == 200
+        if healthy and resp.content:  # vLLM answers an empty 200: keep the version we set
+            try:
                 server.version = HealthResponse.model_validate_json(resp.content).policy_version
-            elif server.version is None:
-                server.version = 0
-            server.down_until = 0.0
-        else:
-            server.down_until = time.monotonic() + self.config.server_cooldown_s
+            except ValidationError:  # not an answer we can read: treated as down
+                healthy = False
+        elif healthy and server.version is None:
+            server.version = 0
+        server.down_until = 0.0 if healthy else time.monotonic() + self.config.server_cooldown_s
+
+
+def _answer(server: ServerState, content: bytes) -> CompletionResponse:
+    """The 200 answer of a completion; an unreadable one is a `server_error`."""
+    try:
+        return CompletionResponse.model_validate_json(content)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        detail = f"{server.url}: malformed answer ({where}: {first['msg']}): {content[:200]!r}"
+        raise RequestCancelled(CancelReason.server_error, detail) from None

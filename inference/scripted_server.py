@@ -74,6 +74,23 @@ def scripted_tokens(
 
 
 BLOCK = 16
+#: most tokens (prompt + max_tokens) of one request, as an engine's max_model_len
+MAX_MODEL_LEN = 131072
+
+
+def prompt_ids(body: CompletionRequest) -> list[int]:
+    """The prompt's ids (a string's: its code points); 400 when it is empty, a batch, or too
+    long with its `max_tokens` (a huge `max_tokens` would stall the server, as one engine step)."""
+    prompt = body.prompt if isinstance(body.prompt, list) else [ord(c) for c in body.prompt]
+    if not prompt or not all(isinstance(t, int) for t in prompt):
+        raise HTTPException(400, "prompt must be one string or one non-empty list of token ids")
+    if len(prompt) + body.max_tokens > MAX_MODEL_LEN:
+        raise HTTPException(
+            400,
+            f"prompt ({len(prompt)} tokens) + max_tokens ({body.max_tokens}) exceeds "
+            f"max_model_len {MAX_MODEL_LEN}",
+        )
+    return prompt
 
 
 async def stream_events(
@@ -224,6 +241,7 @@ def create_app(
 
     @app.post("/v1/completions", response_model=CompletionResponse)
     async def completions(body: CompletionRequest, request: Request) -> Any:
+        prompt = prompt_ids(body)
         if body.cache_salt is not None:
             salts[body.cache_salt] = salts.get(body.cache_salt, 0) + 1
         load["in_flight"] += 1
@@ -233,8 +251,7 @@ def create_app(
                 await asyncio.sleep(state["delay_s"])
         finally:
             load["in_flight"] -= 1
-        prompt = body.prompt if isinstance(body.prompt, list) else [ord(c) for c in body.prompt]
-        hang = hang_token >= 0 and bool(prompt) and prompt[0] == hang_token
+        hang = hang_token >= 0 and prompt[0] == hang_token
         if hang and not body.stream:
             await asyncio.sleep(24 * 3600)  # a hung request: only the client's deadline ends it
         transfer = await disaggregated(body, request, prompt) if role != "both" else {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from inference.wire import CompletionChoice, CompletionLogProbs, CompletionResponse, Usage
 
@@ -55,6 +56,8 @@ class StreamAssembler:
             data = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
             raise StreamError(f"malformed chunk: {payload[:200]!r}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("choices") or [], list):
+            raise StreamError(f"malformed chunk: {payload[:200]!r}")
         if "error" in data:
             raise StreamError(str(data["error"])[:500])
         self.model = data.get("model") or self.model
@@ -67,8 +70,16 @@ class StreamAssembler:
             self._choice(choice)
 
     def _choice(self, choice: dict) -> None:
+        if not isinstance(choice, dict):
+            raise StreamError(f"malformed choice: {str(choice)[:200]}")
         ids = choice.get("token_ids")
         logprobs = choice.get("logprobs")
+        token_logprobs = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+        if not all(
+            isinstance(v, t)
+            for v, t in ((ids, list | None), (logprobs, dict | None), (token_logprobs, list | None))
+        ):
+            raise StreamError(f"malformed choice: {str(choice)[:200]}")
         if ids is None:
             self.ids_missing = True
         else:
@@ -76,7 +87,7 @@ class StreamAssembler:
         if logprobs is None:
             self.logprobs_missing = True
         else:
-            self.logprobs += logprobs.get("token_logprobs") or ()
+            self.logprobs += token_logprobs or ()
         if choice.get("finish_reason") is not None:
             self.finish_reason = choice["finish_reason"]
             self.stop_reason = choice.get("stop_reason")
@@ -85,7 +96,14 @@ class StreamAssembler:
 
     def response(self) -> CompletionResponse:
         """The completion as the unstreamed answer would have been (ids/logprobs None where
-        a chunk lacked them, so the caller rejects the answer as it would unstreamed)."""
+        a chunk lacked them, so the caller rejects the answer as it would unstreamed);
+        `StreamError` when the chunks hold values of the wrong types."""
+        try:
+            return self._response()
+        except ValidationError as exc:
+            raise StreamError(f"malformed stream: {exc}") from None
+
+    def _response(self) -> CompletionResponse:
         choice = CompletionChoice(
             token_ids=None if self.ids_missing else self.token_ids,
             logprobs=None

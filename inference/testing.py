@@ -4,7 +4,8 @@
 - `perturbed_checkpoint`: a copy of a checkpoint with noisy weights (a "new policy version").
 - `reference_logprobs`: logprobs of given tokens from one plain full forward pass (no cache).
 - `RawServer`: a loopback TCP server that never answers (`hang`) or answers every request with
-  a fixed HTTP status (`status=503`), counting connections and requests.
+  a fixed HTTP status (`status=503`) and body (a malformed answer), counting connections and
+  requests.
 
 torch/transformers are imported inside the functions that need them.
 """
@@ -57,10 +58,11 @@ def reference_logprobs(model: Any, prompt_ids: list[int], completion_ids: list[i
 
 class RawServer:
     """Loopback TCP server: `status=None` reads requests and never answers (a hung server);
-    `status=503` answers each request with that status and an empty JSON error."""
+    `status=503` answers each request with that status and a JSON error, or with `body`."""
 
-    def __init__(self, status: int | None = None) -> None:
+    def __init__(self, status: int | None = None, body: bytes | None = None) -> None:
         self.status = status
+        self.body = b'{"error": {"message": "scripted failure"}}' if body is None else body
         self.connections = 0
         self.requests = 0
         self._server: asyncio.Server | None = None
@@ -99,7 +101,7 @@ class RawServer:
                 await reader.readexactly(length)
                 if self.status is None:
                     await asyncio.Event().wait()  # hang until the client gives up
-                body = b'{"error": {"message": "scripted failure"}}'
+                body = self.body
                 writer.write(
                     f"HTTP/1.1 {self.status} Scripted\r\ncontent-type: application/json\r\n"
                     f"content-length: {len(body)}\r\n\r\n".encode()

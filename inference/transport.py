@@ -11,7 +11,8 @@ Failures are mapped to two exception types so the caller decides about retries:
 
 - `ConnectFailed`: the request never reached a server (refused, connect timeout, DNS);
 - `ConnectionLost`: the connection broke before the whole answer arrived (reset, closed,
-  truncated body). Both mean "the server did not answer this request".
+  truncated body) or what arrived is not HTTP (bad status line, malformed or oversized
+  headers). Both mean "the server did not answer this request".
 
 aiohttp's own timers are used only for the TCP connect (`connect_timeout_s`) and for admin
 calls given `timeout_s`; completions run under the caller's `asyncio.timeout` deadline (a
@@ -40,7 +41,11 @@ class ConnectFailed(ConnectionError):
 
 
 class ConnectionLost(ConnectionError):
-    """The connection broke before the answer was complete."""
+    """The connection broke before the answer was complete, or carried no valid HTTP."""
+
+
+#: aiohttp's errors of a connection that broke or of an answer that is not HTTP
+_LOST = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError)
 
 
 class RequestTimedOut(TimeoutError):
@@ -139,7 +144,7 @@ class Transport:
                 yield EventStream(resp)
         except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+        except _LOST as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
 
     async def get(self, url: str, *, timeout_s: float | None = None) -> Response:
@@ -168,7 +173,7 @@ class Transport:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
         except aiohttp.ServerTimeoutError as exc:
             raise RequestTimedOut(f"{type(exc).__name__}: {exc}") from exc
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+        except _LOST as exc:
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
         except TimeoutError as exc:
             if timeout_s is None:  # not ours: an enclosing deadline

@@ -72,6 +72,8 @@ def parse_tool_call(text: str) -> Action:
         raise FormatError(
             f"the tool call is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise FormatError("the tool call is nested too deeply to be a tool call") from None
     name, raw = _name_and_arguments(call)
     try:
         arguments = ARGUMENTS[name].model_validate(raw).model_dump(exclude_none=True)
@@ -79,6 +81,8 @@ def parse_tool_call(text: str) -> Action:
         raise FormatError(f"bad arguments for {name}: {_errors(exc)}") from None
     if name == "bash" and not arguments["command"].strip():
         raise FormatError("bad arguments for bash: command is empty")
+    if "\0" in arguments.get("path", ""):  # no file has one; the sandbox would fail, not the model
+        raise FormatError(f"bad arguments for {name}: path contains a NUL character")
     return Action(
         tool=name,
         arguments=arguments,

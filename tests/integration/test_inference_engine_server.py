@@ -108,6 +108,18 @@ def test_bad_requests_get_400(http):
     assert http.post("/v1/completions", json={"max_tokens": 2}).status_code == 400
     resp = http.post("/v1/completions", json={"prompt": [1], "max_tokens": 10**7})
     assert resp.status_code == 400 and "max_model_len" in resp.text
+    hostile = [
+        {"prompt": [1], "max_tokens": 0},
+        {"prompt": [1], "max_tokens": -1},
+        {"prompt": [1024], "max_tokens": 1},  # tiny model's vocab is 1024
+        {"prompt": [-1], "max_tokens": 1},
+        {"prompt": "", "max_tokens": 1},
+        {"prompt": [1], "max_tokens": 1, "stream": True, "logprobs": 21},
+    ]
+    for body in hostile:
+        assert http.post("/v1/completions", json=body).status_code == 400, body
+    assert complete(http, prompt=[1], max_tokens=2, ignore_eos=True)["choices"][0]["token_ids"]
+    assert http.get("/health").json()["status"] == "ok"  # the serving loop is unaffected
 
 
 async def test_concurrent_requests_are_batched_and_match_single(server, http):
