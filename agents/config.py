@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+log = logging.getLogger(__name__)
 
 
 class AgentConfig(BaseModel):
@@ -63,3 +66,20 @@ class AgentConfig(BaseModel):
         if self.max_tokens_per_turn >= self.context_budget_tokens:
             raise ValueError("max_tokens_per_turn must be smaller than context_budget_tokens")
         return self
+
+
+def fit_context_budget(agent: AgentConfig, max_model_len: int | None) -> AgentConfig:
+    """`agent` with `context_budget_tokens` lowered to the servers' `max_model_len` when it is
+    larger (a request past the server's window is refused, and the episode would end
+    `infra_error` instead of `limit_tokens` or compacting). None: unknown, unchanged. Raises
+    ValueError when `max_tokens_per_turn` does not fit the window."""
+    if max_model_len is None or max_model_len >= agent.context_budget_tokens:
+        return agent
+    if agent.max_tokens_per_turn >= max_model_len:
+        raise ValueError(
+            f"agent.max_tokens_per_turn={agent.max_tokens_per_turn} does not fit the servers' "
+            f"max_model_len={max_model_len}: lower it (or serve a longer window)"
+        )
+    log.warning("agent.context_budget_tokens %d lowered to the servers' max_model_len %d",
+                agent.context_budget_tokens, max_model_len)  # fmt: skip
+    return agent.model_copy(update={"context_budget_tokens": max_model_len})

@@ -157,11 +157,15 @@ class _AgentPolicy:
 
     def __init__(self, cfg, fleet, farm, tokenizer, server) -> None:
         self.cfg, self.fleet, self.farm, self.tokenizer, self.server = cfg, fleet, farm, tokenizer, server
+        self.agent = None  # cfg.agent fitted to the servers' window at the first episode
 
     async def __call__(self, task: Task, grader) -> Trajectory:
+        from agents.config import fit_context_budget
         from orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
 
-        ctx = RolloutContext(self.farm, grader, self.fleet, self.tokenizer, self.cfg.agent)
+        if self.agent is None:
+            self.agent = fit_context_budget(self.cfg.agent, await self.fleet.max_model_len())
+        ctx = RolloutContext(self.farm, grader, self.fleet, self.tokenizer, self.agent)
         handle = RolloutHandle(uuid.uuid4().hex[:12], 0)
         return await run_rollout(ctx, task, handle, group_id="", sink=lambda t: None)
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+import orjson
 from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
@@ -233,6 +234,24 @@ class FleetClient:
         return min(versions) if versions else 0
 
     # ---- fleet management ----
+
+    async def max_model_len(self) -> int | None:
+        """The smallest `max_model_len` the servers announce on `/v1/models` (vLLM and the
+        embedded engine both do); None when no server answers one."""
+
+        async def one(server: ServerState) -> int | None:
+            try:
+                resp = await self._transport.get(
+                    f"{server.url}/v1/models", timeout_s=self.config.connect_timeout_s
+                )
+                cards = orjson.loads(resp.content).get("data") if resp.status_code == 200 else None
+            except (ConnectionError, TimeoutError, orjson.JSONDecodeError, AttributeError):
+                return None
+            lens = [c.get("max_model_len") for c in cards or [] if isinstance(c, dict)]
+            return min((n for n in lens if isinstance(n, int) and n > 0), default=None)
+
+        found = [n for n in await asyncio.gather(*(one(s) for s in self._every)) if n]
+        return min(found, default=None)
 
     async def refresh(self, max_age_s: float = 0.5) -> dict[str, int | None]:
         """Ask every server's /health for its version; unreachable ones are marked down."""

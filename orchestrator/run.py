@@ -77,6 +77,7 @@ def prepare_tasks(cfg: RunConfig, select=None):
 async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from contextlib import AsyncExitStack
 
+    from agents.config import fit_context_budget
     from agents.tokenizer import Tokenizer
     from inference.fleet import FleetClient
     from inference.launch import start_configured_server
@@ -116,7 +117,8 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         if resume.version:
             await fleet.update_weights(resume.version, run_dir.weights_path(resume.version))
         tokenizer = Tokenizer.from_dir(model_dir)
-        rollout = await _environment(cfg, run_id, fleet, tokenizer, stack)
+        agent = fit_context_budget(cfg.agent, await fleet.max_model_len())
+        rollout = await _environment(cfg, agent, run_id, fleet, tokenizer, stack)
         sinks = MetricSinks.from_config(cfg.orchestrator.sinks, run_dir.root, cfg.name,
                                         cfg.model_dump(mode="json"))
         stack.callback(sinks.close)
@@ -144,7 +146,7 @@ def _tasks_for(cfg: RunConfig):
     return prepare_tasks(cfg)
 
 
-async def _environment(cfg: RunConfig, run_id: str, fleet, tokenizer, stack):
+async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, stack):
     """The rollout function of the configured environment, its resources on `stack`."""
     if cfg.environment == "token_target":
         from orchestrator.toy import token_target_rollout
@@ -160,7 +162,7 @@ async def _environment(cfg: RunConfig, run_id: str, fleet, tokenizer, stack):
     grader = DockerGrader(run_id)
     stack.callback(grader.close, abandon=True)  # shutdown never waits for queued grades
     ctx = RolloutContext(farm=farm, grader=grader, model=fleet, tokenizer=tokenizer,
-                         agent=cfg.agent)
+                         agent=agent)
     return swe_rollout(ctx)
 
 

@@ -181,6 +181,16 @@ def test_health_and_metrics(http):
     assert "swefleet:policy_version" in text
 
 
+async def test_fleet_reads_the_servers_window_and_fits_the_agent_budget(server, http):
+    from agents.config import AgentConfig, fit_context_budget
+
+    window = http.get("/v1/models").json()["data"][0]["max_model_len"]
+    async with FleetClient([server.url, "http://127.0.0.1:9"], InferenceConfig()) as fleet:
+        assert await fleet.max_model_len() == window  # the unreachable server is skipped
+    agent = AgentConfig(context_budget_tokens=window * 2, max_tokens_per_turn=16)
+    assert fit_context_budget(agent, window).context_budget_tokens == window
+
+
 async def test_client_deadline_cancels_the_generation(server, http):
     """A client that gives up frees its batch slot: the server aborts the sequence."""
     before = metric(http.get("/metrics").text, "vllm:request_success_total", 'reason="abort"')
