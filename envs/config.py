@@ -107,6 +107,14 @@ class FarmConfig(BaseModel):
     saying how many bytes were cut."""
     output_kill_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     """A command that writes more than this is killed (its output is still capped as above)."""
+    patch_max_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    """Most bytes the files changed by the agent may hold for `diff()` to make a patch of them
+    (new content); more raises `envs.sandbox.PatchTooLarge`, a `DiskBudgetExceeded`: the episode
+    ends with `limit_disk`, scored 0, instead of a diff that runs out of memory or a patch of
+    hundreds of MB in the trajectory and the grader."""
+    read_file_max_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """Largest file `read_file` returns (the whole file is held in memory); a larger one raises
+    `OSError` (EFBIG), which the agent's file tools show as an error."""
     kill_grace_s: float = Field(5.0, gt=0)
     """After killing a timed-out command, how long to wait for the shell to report back before the
     session is restarted (state such as cwd is then lost)."""

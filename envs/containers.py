@@ -196,6 +196,32 @@ def exec_once(
     return (rc if rc is not None else -1), out or b"", err or b""
 
 
+def get_archive_capped(
+    client: Any, container_id: str, path: str, max_bytes: int
+) -> tuple[bytes | None, dict[str, Any]]:
+    """(tar of `path`, its stat) like `api.get_archive`; the tar is None, unread, when the stat
+    says the file is over `max_bytes`. The response is always closed (a stream left open keeps
+    the daemon writing, and holding the container, until the connection dies)."""
+    from docker.utils import decode_json_header
+
+    api = client.api
+    res = api._get(
+        api._url("/containers/{0}/archive", container_id),
+        params={"path": path},
+        stream=True,
+        headers={"Accept-Encoding": "identity"},
+    )
+    try:
+        api._raise_for_status(res)
+        encoded = res.headers.get("x-docker-container-path-stat")
+        stat = decode_json_header(encoded) if encoded else {}
+        if int(stat.get("size") or 0) > max_bytes and not stat.get("linkTarget"):
+            return None, stat
+        return res.content, stat
+    finally:
+        res.close()
+
+
 def tar_one_file(name: str, data: bytes, uid: int, gid: int, mode: int) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -216,7 +242,7 @@ class SymlinkFound(Exception):
 
 
 def untar_one_file(chunks: Any, path: str) -> bytes:
-    buf = io.BytesIO(b"".join(chunks))
+    buf = io.BytesIO(chunks if isinstance(chunks, bytes) else b"".join(chunks))
     with tarfile.open(fileobj=buf, mode="r") as tar:
         member = tar.next()
         if member is not None and member.issym():

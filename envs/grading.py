@@ -19,6 +19,7 @@ reason starting with `infra:`: never `unresolved`.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import io
 import json
 import logging
@@ -57,6 +58,37 @@ LABEL_RUN = "swefleet.run"
 LABEL_KIND = "swefleet.kind"
 LABEL_INSTANCE = "swefleet.instance"
 _SCRATCH = "/tmp/swefleet"
+
+
+#: Header lines of a diff that name a file, for `git apply` and for GNU `patch`.
+_PATCH_NAMES = re.compile(
+    r"^(?:diff --git|---|\+\+\+|\*\*\*|Index:|rename from|rename to|copy from|copy to) (.*)$",
+    re.MULTILINE,
+)
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_GIT_DIR = re.compile(r"(?:^|[/\s])\.git(?:[/\s]|$)")
+
+
+def writes_git_dir(patch: str) -> bool:
+    """Whether a header of `patch` names a path in a `.git` directory (C-quoted names decoded).
+    `git apply` refuses such a patch; `patch` would apply it, and a hook it installs would run
+    model code between the model patch and the test patch (e.g. rewriting the test patch)."""
+    for m in _PATCH_NAMES.finditer(patch):
+        names = _QUOTED.sub(
+            lambda q: codecs.escape_decode(q[1].encode())[0].decode(errors="replace"), m[1]
+        )
+        if _GIT_DIR.search(names):
+            return True
+    return False
+
+
+def _not_text(patch: str) -> str:
+    """Why `patch` cannot be written as UTF-8 (a lone surrogate from a JSON escape), or ''."""
+    try:
+        patch.encode()
+    except UnicodeEncodeError as e:
+        return f"not valid text: {e.reason} at character {e.start}"
+    return ""
 
 
 def _tar_files(files: Mapping[str, str], uid: int = 1000) -> bytes:
@@ -116,6 +148,10 @@ class _Session:
         if self._sh(f"git apply --verbose {_SCRATCH}/model.patch", "git apply"):
             self.lines.append(f"{APPLY_PATCH_PASS} (git apply)")
             return True
+        if writes_git_dir(model_patch):
+            self.lines += [">>>>> patch --fuzz=5: not tried: the patch writes into .git",
+                           APPLY_PATCH_FAIL]
+            return False
         fuzz = (
             "git checkout -q -- . && git clean -fdq && patch --batch --forward --fuzz=5 -p1 "
             f"--no-backup-if-mismatch -i {_SCRATCH}/model.patch"
@@ -196,6 +232,14 @@ def _exec_with_deadline(container, script: str, budget_s: float, workdir: str) -
     return None
 
 
+def _refused_log(task: Task, why: str) -> str:
+    return (
+        f">>>>> swefleet grade {task.instance_id} image={task.image}\n"
+        f">>>>> Model patch is {why}\n{APPLY_PATCH_FAIL}\n"
+        f"{VERDICT}{json.dumps({'phase': 'model_patch'})}\n"
+    )
+
+
 def _infra_log(task: Task, error: BaseException) -> str:
     message = f"{type(error).__name__}: {error}".replace("\n", " ")[:500]
     return (
@@ -225,13 +269,16 @@ class DockerGrader(Grader):
         user: str = "agent",
         log_cap_chars: int = 200_000,
         max_parallel: int = 8,
+        max_file_mb: int = 1024,
     ):
         """`timeout_s`: deadline of one grading run (patches + tests); `mem_limit`, `pids_limit`,
         `cpus`: container limits; `user`: who runs the steps (owner of the repo in the image);
         `log_cap_chars`: test output kept in the log (head 1/4 + tail 3/4); `max_parallel`:
         threads of the grader's own pool (blocking Docker calls stay off the event loop and out
-        of asyncio's default executor)."""
+        of asyncio's default executor); `max_file_mb`: largest file the patch and the tests
+        may write (`ulimit -f`, as in the sandbox), so a runaway test cannot fill the disk."""
         self.run_id, self.timeout_s = run_id, timeout_s
+        self.max_file_mb = max_file_mb
         self.mem_limit, self.pids_limit, self.cpus, self.user = mem_limit, pids_limit, cpus, user
         self.log_cap_chars = log_cap_chars
         self._pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="swefleet-grade")
@@ -257,7 +304,10 @@ class DockerGrader(Grader):
             raise ValueError(f"{task.instance_id}: task has no image (prepare_task_images)")
         started = time.monotonic()
         try:
-            log_text = self._run(task, model_patch, started + self.timeout_s)
+            if why := _not_text(model_patch):  # garbage from the model: its failure, no infra
+                log_text = _refused_log(task, why)
+            else:
+                log_text = self._run(task, model_patch, started + self.timeout_s)
         except _infra_errors() as e:
             log.warning("grading %s: infrastructure error: %s", task.instance_id, e)
             log_text = _infra_log(task, e)
@@ -290,6 +340,7 @@ class DockerGrader(Grader):
             mem_limit=self.mem_limit,
             pids_limit=self.pids_limit,
             nano_cpus=int(self.cpus * 1e9),
+            ulimits=[_fsize_ulimit(self.max_file_mb)],
             user=self.user,
             working_dir=task.workdir,
             init=True,
@@ -300,6 +351,13 @@ class DockerGrader(Grader):
             return _Session(container, task, deadline, self.log_cap_chars).run(model_patch)
         finally:
             _remove(container)
+
+
+def _fsize_ulimit(max_file_mb: int):
+    from docker.types import Ulimit
+
+    size = max_file_mb * 1024 * 1024
+    return Ulimit(name="fsize", soft=size, hard=size)
 
 
 def _container_name(run_id: str, instance_id: str) -> str:

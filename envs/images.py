@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -118,8 +119,14 @@ def task_image_tag(task: Task, source_dir: Path, base_image: str, patch: bytes =
     h.update(task.workdir.encode())
     if patch:
         h.update(b"\0source_patch\0" + patch)
-    slug = task.repo.replace("/", "__").lower()
-    return f"swefleet-task:{slug}-{h.hexdigest()[:12]}"
+    return f"swefleet-task:{_tag_slug(task.repo)}-{h.hexdigest()[:12]}"
+
+
+def _tag_slug(repo: str) -> str:
+    """`owner/name` as the start of a Docker tag (`[a-z0-9_][a-z0-9_.-]*`, at most 128 chars
+    with the hash): `owner__name`, other characters as `-`."""
+    slug = re.sub(r"[^a-z0-9_.-]+", "-", repo.replace("/", "__").lower())
+    return slug.lstrip(".-")[:100] or "task"
 
 
 def _is_junk(rel: Path) -> bool:
@@ -139,9 +146,9 @@ def ensure_task_image(
         return tag
     context = _task_build_context(source_dir, base_image, task.workdir, patch)
     client = docker_client()
-    client.images.build(
-        fileobj=context, custom_context=True, tag=tag, rm=True, network_mode="none",
-        labels={LABEL_KIND: "task"},
+    client.images.build(  # forcerm: a failed step leaves no stopped container behind
+        fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
+        network_mode="none", labels={LABEL_KIND: "task"},
     )
     log.info("built task image %s", tag)
     return tag

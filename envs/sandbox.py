@@ -14,8 +14,10 @@ farm's disk watchdog has removed the sandbox (`kill_over_budget`), every operati
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import posixpath
+import re
 import shlex
 import time
 import uuid
@@ -46,6 +48,11 @@ class ImageMissing(InfraError):
 
 class ContainerDied(InfraError):
     """The sandbox's container is gone or stopped (lifetime over, OOM of PID 1, removed)."""
+
+
+class PatchTooLarge(DiskBudgetExceeded):
+    """The files the agent changed hold more than `FarmConfig.patch_max_bytes`: no patch is
+    made. The agent's doing (a `DiskBudgetExceeded`, so the episode ends with `limit_disk`)."""
 
 
 def _docker_errors() -> tuple[type[BaseException], ...]:
@@ -278,20 +285,33 @@ class DockerSandbox:
     # -- files -----------------------------------------------------------------------------
 
     def _abs(self, path: str) -> str:
+        """`path` made absolute; `OSError` (EILSEQ) if it cannot travel over Docker's API (a
+        lone surrogate, e.g. from a `\\ud800` escape in a tool call)."""
+        try:
+            path.encode()
+        except UnicodeEncodeError as e:
+            raise OSError(errno.EILSEQ, f"the path is not valid UTF-8 text: {e.reason}") from None
         return posixpath.normpath(posixpath.join(self.workdir, path))
 
     async def read_file(self, path: str) -> bytes:
-        """Bytes of a file (relative paths are relative to the workdir); follows symlinks."""
+        """Bytes of a file (relative paths are relative to the workdir); follows symlinks.
+        A file over `FarmConfig.read_file_max_bytes` raises `OSError` (EFBIG) unread."""
         import docker.errors
 
         self._check_budget()
         target = self._abs(path)
         for _ in range(8):
             try:
-                chunks, _stat = await asyncio.to_thread(
-                    self.client.api.get_archive, self.container_id, target
+                tar, stat = await asyncio.to_thread(
+                    containers.get_archive_capped,
+                    self.client,
+                    self.container_id,
+                    target,
+                    self.config.read_file_max_bytes,
                 )
-                return await asyncio.to_thread(containers.untar_one_file, chunks, target)
+                if tar is None:
+                    raise _too_big_to_read(target, stat, self.config.read_file_max_bytes)
+                return await asyncio.to_thread(containers.untar_one_file, tar, target)
             except containers.SymlinkFound as link:
                 target = posixpath.normpath(posixpath.join(posixpath.dirname(target), link.args[0]))
             except docker.errors.NotFound as e:
@@ -345,19 +365,72 @@ class DockerSandbox:
     async def diff(self) -> str:
         """Patch of the workdir against its state at start-up, new files included.
 
-        Uses a throw-away index, so the agent's index and session are untouched."""
+        Uses a throw-away index, so the agent's index and session are untouched. Files whose
+        old or new content is not UTF-8 (a Latin-1 source, say) are diffed as binary: as text
+        their bytes would become replacement characters, and the patch would not apply."""
+        out = await self._git_diff("git diff --cached --no-color --binary {base}")
+        try:
+            return out.decode("utf-8")
+        except UnicodeDecodeError:
+            out = await self._git_diff(_DIFF_NON_UTF8_AS_BINARY)
+            return out.decode("utf-8", errors="replace")  # (an attribute forced `diff`)
+
+    async def _git_diff(self, command: str) -> bytes:
+        """Stage everything in a throw-away index, then run `command` (`{base}`: the commit at
+        start-up); its stdout."""
         base = self.session.head_commit or "HEAD"
         excludes = " ".join(shlex.quote(x) for x in DIFF_EXCLUDES)
         script = (
-            "set -e; export GIT_INDEX_FILE=/tmp/.swefleet-index-$$; "
-            "trap 'rm -f \"$GIT_INDEX_FILE\"' EXIT; "
+            "set -e; export GIT_INDEX_FILE=/tmp/.swefleet-index-$$; tmp=/tmp/.swefleet-diff-$$; "
+            "trap 'rm -f \"$GIT_INDEX_FILE\" \"$tmp\" \"$tmp.attr\"' EXIT; "
             'cp "$(git rev-parse --git-dir)/index" "$GIT_INDEX_FILE" 2>/dev/null || true; '
-            f"git add -A -- . {excludes}; git diff --cached --no-color --binary {base}"
-        )
+            f"git add -A -- . {excludes}; "
+            + _CHANGED_SIZE_CHECK.replace("{limit}", str(self.config.patch_max_bytes))
+            + command
+        ).replace("{base}", base)
         out, err, rc, _, _ = await self._exec_raw(script, 120)
         if rc != 0:
-            raise InfraError(f"git diff failed ({rc}): {err.decode(errors='replace')[-2000:]}")
-        return out.decode("utf-8", errors="replace")
+            text = err.decode(errors="replace")
+            if m := re.search(r"swefleet-changed-bytes:(\d+)", text):
+                raise PatchTooLarge(
+                    f"the files changed in the sandbox hold {int(m[1]) / 2**20:.1f} MiB, over "
+                    f"patch_max_bytes ({self.config.patch_max_bytes / 2**20:.1f} MiB): no patch"
+                )
+            raise InfraError(f"git diff failed ({rc}): {text[-2000:]}")
+        return out
+
+
+#: Sum of the new blobs' sizes (from `git diff --raw -z`: metadata records start with `:`);
+#: over `{limit}` it says so on stderr and fails before the diff reads any of them.
+_CHANGED_SIZE_CHECK = r"""
+n=$(git diff --cached --raw -z --no-abbrev {base} | tr '\0' '\n' | awk '/^:/ {print $4}' |
+    git cat-file --batch-check='%(objectsize)' | awk '$1 ~ /^[0-9]+$/ {s += $1} END {print s + 0}')
+if (( n > {limit} )); then echo "swefleet-changed-bytes:$n" >&2; exit 3; fi
+"""
+
+#: The changed files whose old or new blob has a line that is not UTF-8 (`grep -axv '.*'`),
+#: diffed apart with the `binary` attribute; every other file as text (paths from the top).
+_DIFF_NON_UTF8_AS_BINARY = r"""
+git diff --cached --name-only -z {base} | while IFS= read -r -d '' f; do
+  if { git cat-file blob ":$f"; git cat-file blob "{base}:$f"; } 2>/dev/null |
+     LC_ALL=C.UTF-8 grep -qaxv '.*'; then printf '%s\0' "$f"; fi
+done >"$tmp"
+mapfile -d '' -t bad <"$tmp"; ex=(); for f in "${bad[@]}"; do ex+=(":(top,exclude,literal)$f"); done
+git diff --cached --no-color --binary {base} -- ':(top)' "${ex[@]}"
+if (( ${#bad[@]} )); then
+  printf '* binary\n' >"$tmp.attr"
+  git -c core.attributesFile="$tmp.attr" diff --cached --no-color --binary {base} -- \
+    "${bad[@]/#/:(top,literal)}"
+fi
+"""
+
+
+def _too_big_to_read(target: str, stat: dict[str, Any], limit: int) -> OSError:
+    return OSError(
+        errno.EFBIG,
+        f"{target} is {stat.get('size')} bytes, over the {limit}-byte limit of reading a whole "
+        "file; look at parts of it with shell commands (head, tail, sed -n, grep)",
+    )
 
 
 def _run_container(client: Any, kwargs: dict[str, Any]) -> str:

@@ -168,7 +168,19 @@ _ANSI_C = _ansi_c_table()
 
 def ansi_c_quote(text: str) -> str:
     """`$'...'` literal for bash: pure ASCII, one line, any bytes (no here-document pipe)."""
-    return "$'" + "".join([_ANSI_C[b] for b in text.encode("utf-8", "surrogateescape")]) + "'"
+    return "$'" + "".join([_ANSI_C[b] for b in to_bytes(text)]) + "'"
+
+
+def to_bytes(text: str) -> bytes:
+    """UTF-8 of any str: escaped bytes (U+DC80..U+DCFF, `surrogateescape`) become those bytes
+    again, other lone surrogates (a `\\ud800` JSON escape in a tool call) their 3-byte form."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return b"".join(
+            c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "surrogatepass")
+            for c in text
+        )
 
 
 #: Words that can change the shell's state (cwd, variables, functions) or its EXIT trap, or run
@@ -253,8 +265,16 @@ class Demux:
         return frames
 
 
+#: What follows an end tag on its line: `<rc>:<pids_full>`. Anything else after the tag is the
+#: command's own output (the tag holds a nonce that a command can read and print).
+_END_REST = re.compile(rb"(-?\d{1,10}):([01])\n")
+#: The start of `_END_REST` (the rest of the line has not arrived yet).
+_END_PARTIAL = re.compile(rb"-?\d{0,10}(:[01]?)?")
+
+
 class OutputCapture:
-    """Keeps the head and tail of a byte stream until an end tag `<tag><rc>\\n` shows up."""
+    """Keeps the head and tail of a byte stream until an end line `<tag><rc>:<flag>\\n` shows
+    up; a tag followed by anything else is output."""
 
     def __init__(self, tag: bytes, max_bytes: int) -> None:
         self.tag = tag
@@ -274,23 +294,25 @@ class OutputCapture:
     def feed(self, data: bytes) -> bool:
         """Consume `data`; True once the end tag and its line were seen."""
         scan = self._carry + data
-        idx = scan.find(self.tag)
-        if idx < 0:
-            keep = min(len(scan), len(self.tag) - 1)
-            self._commit(scan[: len(scan) - keep])
-            self._carry = scan[len(scan) - keep :]
-            return False
-        nl = scan.find(b"\n", idx + len(self.tag))
-        self._commit(scan[:idx])
-        if nl < 0:
-            self._carry = scan[idx:]
-            return False
-        rc, _, flag = bytes(scan[idx + len(self.tag) : nl]).partition(b":")
-        self.rc, self.pids_full = int(rc), flag == b"1"
-        self.rest = bytes(scan[nl + 1 :])
-        self._carry = bytearray()
-        self.done = True
-        return True
+        pos = 0
+        while (idx := scan.find(self.tag, pos)) >= 0:
+            at = idx + len(self.tag)
+            if m := _END_REST.match(scan, at):
+                self._commit(scan[:idx])
+                self.rc, self.pids_full = int(m[1]), m[2] == b"1"
+                self.rest = bytes(scan[m.end() :])
+                self._carry = bytearray()
+                self.done = True
+                return True
+            if _END_PARTIAL.fullmatch(scan, at):  # the end line may still be arriving
+                self._commit(scan[:idx])
+                self._carry = scan[idx:]
+                return False
+            pos = idx + 1  # not an end line: the command printed the tag
+        keep = min(len(scan), len(self.tag) - 1)
+        self._commit(scan[: len(scan) - keep])
+        self._carry = scan[len(scan) - keep :]
+        return False
 
     def _commit(self, chunk: bytes | bytearray) -> None:
         if not chunk:

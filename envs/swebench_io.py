@@ -26,7 +26,7 @@ class Prediction(BaseModel):
 def read_predictions(path: str | Path) -> dict[str, Prediction]:
     """SWE-bench predictions: JSONL, a JSON list, or a JSON dict keyed by instance id."""
     path = Path(path)
-    text = path.read_text()
+    text = _read_utf8(path)
     if path.suffix == ".jsonl":
         rows = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
         records = [(f"line {n}", _json(path, f"line {n}", line)) for n, line in rows]
@@ -48,6 +48,17 @@ def read_predictions(path: str | Path) -> dict[str, Prediction]:
             raise ValueError(f"{path}: {where}: duplicate instance_id {pred.instance_id!r}")
         out[pred.instance_id] = pred
     return out
+
+
+def _read_utf8(path: Path) -> str:
+    """The file's text; invalid UTF-8 is a ValueError naming the line (never replaced: the
+    patch would change)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}: line {line}: invalid UTF-8 (byte {data[e.start]:#04x})") from None
 
 
 def _json(path: Path, where: str, text: str):

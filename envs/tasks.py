@@ -1,8 +1,9 @@
 """Task sets: load SWE-bench-style records into `Task`s and give each one an image.
 
 Sources (`load_tasks`):
-- a local `.jsonl`, `.json` (a list of records) or `.parquet` file, read with `datasets`;
-  `split` then keeps the tasks whose `split` field equals it (`train` / `heldout`);
+- a local `.jsonl`, `.json` (a list of records) or `.parquet` file (JSON read as written,
+  parquet with `datasets`); `split` then keeps the tasks whose `split` field equals it
+  (`train` / `heldout`);
 - a Hugging Face Hub dataset name such as `princeton-nlp/SWE-bench_Verified`, read with
   `datasets.load_dataset(name, split=split or "test")` (needs network access and a cache, so it
   is unreachable on air-gapped machines; hub records carry no `image`/`source_dir`, so set
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
 import re
 import tempfile
 from pathlib import Path
@@ -36,7 +36,6 @@ from swefleet.types import Task
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 _HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
-log = logging.getLogger(__name__)
 _JSON_LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS", "test_files")
 
 
@@ -60,6 +59,9 @@ def _datasets():
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
+    # `load_dataset` otherwise sends a HEAD request to s3.amazonaws.com (a download counter),
+    # even for a local file: traffic off this machine and up to 3 s without a network
+    datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = False
     return datasets
 
 
@@ -68,26 +70,27 @@ def _read_file(path: Path) -> list[dict]:
         raise TaskFileError(f"{path}: no such task file")
     if path.suffix not in FILE_SUFFIXES:
         raise TaskFileError(f"{path}: unknown task file type (use {', '.join(FILE_SUFFIXES)})")
-    builder = "parquet" if path.suffix == ".parquet" else "json"
+    if path.suffix != ".parquet":  # arrow would unify types across records: see below
+        return _read_json_records(path)
     try:
         with tempfile.TemporaryDirectory(prefix="swefleet-tasks-") as cache:
             ds = _datasets().load_dataset(
-                builder, data_files=str(path), split="train", cache_dir=cache, keep_in_memory=True
+                "parquet", data_files=str(path), split="train", cache_dir=cache,
+                keep_in_memory=True,
             )
             return ds.to_list()
     except Exception as e:  # datasets/arrow say neither which record nor which field
-        if builder == "parquet":
-            cause = e.__cause__ or e
-            raise TaskFileError(f"{path}: cannot be read: {type(cause).__name__}: {cause}") from e
-        log.debug("%s: datasets could not read it (%s); reading it as plain JSON", path, e)
-        return _read_json_records(path)
+        cause = e.__cause__ or e
+        raise TaskFileError(f"{path}: cannot be read: {type(cause).__name__}: {cause}") from e
 
 
 def _read_json_records(path: Path) -> list:
-    """The records of a JSON / JSONL file, read without arrow's type unification (so records
-    whose fields differ in type still load, and validation names the bad record and field).
-    A JSON syntax error raises a TaskFileError naming the record."""
-    text = path.read_text(errors="replace")
+    """The records of a JSON / JSONL file exactly as written. Not through arrow: its type
+    unification across records fails on fields that differ in type (validation would not get
+    to name the bad record and field) and silently rewrites nested objects whose keys differ
+    (a task's `sandbox` override became a JSON string, its numbers strings). A JSON syntax
+    error or invalid UTF-8 raises a TaskFileError naming the record or line."""
+    text = _decode_utf8(path, path.read_bytes())
     if path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -105,6 +108,18 @@ def _read_json_records(path: Path) -> list:
                 f"{path}: record {len(records)} (line {lineno}): invalid JSON: {e.msg}"
             ) from None
     return records
+
+
+def _decode_utf8(path: Path, data: bytes) -> str:
+    """`data` as UTF-8; invalid bytes raise a TaskFileError naming the line (never replaced:
+    a patch or test id with a replacement character would silently be another one)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise TaskFileError(
+            f"{path}: line {line}: invalid UTF-8 (byte {data[e.start]:#04x} at offset {e.start})"
+        ) from None
 
 
 def _read_hub(name: str, split: str) -> list[dict]:
@@ -167,6 +182,13 @@ def _undo_arrow(value):
 def _check_semantics(task: Task, where: str) -> None:
     if not task.instance_id.strip():
         raise TaskFileError(f"{where}: field 'instance_id': must not be empty")
+    if task.instance_id in (".", "..") or "/" in task.instance_id or "\0" in task.instance_id:
+        raise TaskFileError(
+            f"{where}: field 'instance_id': must not contain '/' or NUL, nor be '.' or '..' "
+            "(it names a folder of the SWE-bench report)"
+        )
+    _check_sandbox_override(task, where)
+    _check_text(task, where)
     from envs.gradelog import get_log_parser
 
     try:
@@ -175,6 +197,40 @@ def _check_semantics(task: Task, where: str) -> None:
         raise TaskFileError(f"{where}: field 'log_parser': {e}") from None
     if not task.image and not task.source_dir and not recipe_of(task):
         raise TaskFileError(f"{where}: field 'image': neither 'image' nor 'source_dir' is set")
+
+
+def _check_text(task: Task, where: str) -> None:
+    """Every string (and list of strings) must be writable as UTF-8: a JSON escape such as
+    `\\ud800` gives a lone surrogate, which no patch, test id or prompt can carry."""
+    for name, value in task:
+        for text in value if isinstance(value, list) else [value]:
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode()
+            except UnicodeEncodeError as e:
+                raise TaskFileError(
+                    f"{where}: field {name!r}: not valid text ({e.reason} at character {e.start})"
+                ) from None
+
+
+def _check_sandbox_override(task: Task, where: str) -> None:
+    """The optional `sandbox` field must be an object of valid `SandboxLimits` fields (checked
+    here, not when a sandbox is first made for the task in the middle of a run)."""
+    from envs.config import TASK_LIMITS_FIELD, SandboxLimits
+
+    override = (task.model_extra or {}).get(TASK_LIMITS_FIELD)
+    if override is None:
+        return
+    field = f"field {TASK_LIMITS_FIELD!r}"
+    if not isinstance(override, dict):
+        raise TaskFileError(f"{where}: {field}: must be an object of sandbox limits")
+    try:
+        SandboxLimits.model_validate(override)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in (TASK_LIMITS_FIELD, *err["loc"]))
+        raise TaskFileError(f"{where}: field {loc!r}: {err['msg']}") from None
 
 
 def recipe_of(task: Task) -> str:
@@ -219,19 +275,52 @@ def prepare_task_images(
     """Fill `task.image` for tasks that have none, building (or reusing) one content-hashed
     image per distinct source dir. Tasks that already name an image keep it. Returns `tasks`,
     changed in place."""
+    import docker.errors
+
     built: dict[tuple[Path, bytes, str, str], str] = {}
     for task in tasks:
         if task.image:
             continue
-        if not task.source_dir and recipe_of(task):
-            from envs.synth.build import ensure_recipe_task_image
-
-            task.image = ensure_recipe_task_image(task, tasks_file, base_image)
-            continue
-        source = resolve_source_dir(task, tasks_file)
-        patch = source_patch_of(task, tasks_file)
-        key = (source, patch, task.repo, task.workdir)
-        if key not in built:
-            built[key] = ensure_task_image(task, source, base_image, patch)
-        task.image = built[key]
+        try:
+            task.image = _task_image(task, tasks_file, base_image, built)
+        except docker.errors.BuildError as e:  # e.g. a source_patch that does not apply
+            raise TaskFileError(
+                f"{tasks_file}: instance_id={task.instance_id!r}: its image could not be "
+                f"built: {_build_log_tail(e) or e}"
+            ) from e
     return tasks
+
+
+def _task_image(
+    task: Task, tasks_file: str | Path, base_image: str, built: dict[tuple, str]
+) -> str:
+    """The task's image, built from its recipe or from its source dir (+ source patch; one
+    image per distinct source, kept in `built`)."""
+    if not task.source_dir and recipe_of(task):
+        from envs.synth.build import ensure_recipe_task_image
+
+        return ensure_recipe_task_image(task, tasks_file, base_image)
+    source = resolve_source_dir(task, tasks_file)
+    patch = source_patch_of(task, tasks_file)
+    key = (source, patch, task.repo, task.workdir)
+    if key not in built:
+        built[key] = ensure_task_image(task, source, base_image, patch)
+    return built[key]
+
+
+#: Lines of a build log that Docker itself writes (not the failing step's output).
+_DOCKER = ("Step ", " ---> ", "--->", "Removing intermediate", "The command '")
+
+
+def _build_log_tail(error: Exception, lines: int = 4) -> str:
+    """The last lines a failed `docker build` step printed (what went wrong, e.g. `git
+    apply`'s error), on one line, without colours and Docker's own step lines."""
+    text = "".join(
+        str(chunk.get("stream") or "")
+        for chunk in getattr(error, "build_log", None) or ()
+        if isinstance(chunk, dict)
+    )
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(_DOCKER)]
+    return " | ".join(kept[-lines:])
+

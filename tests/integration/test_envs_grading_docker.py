@@ -189,3 +189,23 @@ def test_grading_container_is_locked_down(tasks):
     assert head.split()[0] == "1000"
     assert "CapEff:\t0000000000000000" in head and "NoNewPrivs:\t1" in head
     assert head.split("NoNewPrivs:\t1", 1)[1].split()[0:2] == ["lo", "321"]
+
+
+def test_fuzz_fallback_never_writes_into_git_dir(tasks, grader):
+    """`git apply` refuses `.git/` paths; `patch` would install this hook, which then ran
+    during grading (at the reset of the test files, before the test patch)."""
+    task = slug_task(tasks)
+    hook = new_file_patch(".git/hooks/post-checkout", "#!/bin/sh\necho HOOK-RAN >&2\n")
+    hook = hook.replace("new file mode 100644", "new file mode 100755")
+    r = grader.grade_sync(task, task.patch + hook)
+    assert r.status == GradeStatus.error and r.reason == "patch did not apply", r.log[-3000:]
+    assert "HOOK-RAN" not in r.log and "writes into .git" in r.log
+    assert_regrade_equal(task, r)
+
+
+def test_grading_caps_the_size_of_a_file_the_tests_write(tasks):
+    probe = "head -c 3000000 /dev/zero >big; ls -l big; python3 -m pytest -rA -p no:cacheprovider"
+    task = slug_task(tasks).model_copy(update={"test_cmd": probe})
+    r = DockerGrader(RUN_ID, timeout_s=60, max_file_mb=1).grade_sync(task, task.patch)
+    assert r.status == GradeStatus.resolved, r.log[-3000:]
+    assert "File size limit exceeded" in r.log and " 1048576 " in r.log

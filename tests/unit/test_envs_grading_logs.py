@@ -327,3 +327,40 @@ def test_reward_of_never_scores_infra(status, reason, reward):
     result = GradeResult(instance_id="x", status=status, reason=reason)
     assert g.reward_of(result) == reward
     assert g.is_infra(result) == (reward is None)
+
+
+def test_a_patch_that_is_not_text_is_refused_without_docker():
+    """A lone surrogate (a `\\ud800` escape in a predictions file) is the patch's failure,
+    scored 0, never an infra error (before: UnicodeEncodeError out of `grade`)."""
+    grader = grading.DockerGrader("unit-no-docker")
+    try:
+        r = grader.grade_sync(task(), "diff --git a/x b/x\n+\ud800\n")
+    finally:
+        grader.close()
+    assert r.status == GradeStatus.error and r.reason == g.REASON_PATCH
+    assert "not valid text" in r.log and g.reward_of(r) == 0.0
+    assert g.regrade_from_log(task(), r.log).reason == g.REASON_PATCH
+
+
+@pytest.mark.parametrize(
+    ("patch", "writes"),
+    [
+        ("diff --git a/.git/hooks/x b/.git/hooks/x\nnew file mode 100755\n", True),
+        ("--- a/sub/.git/config\n+++ b/sub/.git/config\n", True),
+        ('--- /dev/null\n+++ "b/\\056git/hooks/post-checkout"\n', True),
+        ("*** a/.git/HEAD\n--- b/.git/HEAD\n", True),
+        ("diff --git a/.gitignore b/.gitignore\n--- a/.gitignore\n+++ b/.gitignore\n", False),
+        ("diff --git a/.github/ci.yml b/.github/ci.yml\n", False),
+        ("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-see .git/config\n+x\n", False),
+    ],
+)
+def test_patches_that_write_into_git_dir_are_recognised(patch, writes):
+    assert grading.writes_git_dir(patch) is writes
+
+
+def test_read_predictions_invalid_utf8_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "p.jsonl"
+    bad.write_bytes(b'{"instance_id": "a", "model_patch": ""}\n{"instance_id": "b", '
+                    b'"model_patch": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=r"p\.jsonl: line 2: invalid UTF-8 \(byte 0xe9\)"):
+        sio.read_predictions(bad)

@@ -50,6 +50,26 @@ def test_capture_keeps_head_and_tail_and_counts_the_cut():
     assert text == "000\n0\n[... 390 bytes cut ...]\n\n099\n"
 
 
+@pytest.mark.parametrize(
+    "spoof", [b"abc\n", b"99999999999999999999999:1\n", b"0:7\n", b"x" * 100_000, b"1:0 \n"]
+)
+def test_a_printed_end_tag_without_a_valid_end_line_is_output(spoof):
+    """A command can read the nonce (/dev/shm) and print the tag: garbage after it is output,
+    never an error, and a long line after it is not held back."""
+    tag = shell.end_tag("n", 2)
+    data = b"a" + tag + spoof + b"b" + tag + b"5:0\nrest"
+    for cut in (0, 1, len(tag) + 3, len(data) // 2, len(data)):
+        cap = shell.OutputCapture(tag, 10**6)
+        early = cap.feed(data[:cut])
+        later = data[cut:] if early else b""
+        assert early or cap.feed(data[cut:])
+        assert cap.rc == 5 and cap.rest + later == b"rest"
+        assert cap.result()[0] == (b"a" + tag + spoof + b"b").decode()
+    cap = shell.OutputCapture(tag, 10**6)
+    assert not cap.feed(b"a" + tag + spoof)
+    assert cap.total >= len(spoof)  # counted as output (kill_bytes sees it)
+
+
 def test_capture_replaces_invalid_utf8():
     tag = shell.end_tag("n", 1)
     cap = shell.OutputCapture(tag, 100)
@@ -66,6 +86,22 @@ def test_ansi_c_quote_round_trips_through_bash(text):
     ).stdout
     assert out == text.encode()
     assert shell.ansi_c_quote(text).isascii()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("a\ud800b", b"a\xed\xa0\x80b"), ("\udcff\ud800\udc80", b"\xff\xed\xa0\x80\x80")],
+)
+def test_lone_surrogates_from_a_tool_call_are_sent_not_an_error(text, expected):
+    """A `\\ud800` JSON escape in a model's tool call gives a str that is not UTF-8."""
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    request = shell.command_text("t", 1, f"printf %s '{text}'")
+    assert request.isascii()
+    out = subprocess.run(
+        ["bash", "-c", f"printf %s {shell.ansi_c_quote(text)}"], capture_output=True, check=True
+    ).stdout
+    assert out == expected
 
 
 def _session(*commands: str) -> list[tuple[str, int]]:

@@ -136,6 +136,77 @@ def test_task_without_image_or_source_dir(tmp_path):
         load_tasks(path)
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_invalid_utf8_is_an_error_naming_the_line_not_replaced(tmp_path, suffix):
+    good = json.dumps(record(1)).encode()
+    bad = json.dumps(record(2, problem_statement="caf\u00e9")).encode().replace(b"\\u00e9", b"\xe9")
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".jsonl":
+        path.write_bytes(good + b"\n" + bad + b"\n")
+    else:
+        path.write_bytes(b"[" + good + b",\n" + bad + b"]")
+    with pytest.raises(TaskFileError, match=rf"t\{suffix}: line 2: invalid UTF-8 \(byte 0xe9"):
+        load_tasks(path)
+
+
+def test_nested_fields_are_kept_as_written(tmp_path):
+    """Per-task sandbox overrides with different keys: arrow turned them into JSON strings
+    (and then every sandbox for such a task failed to start)."""
+    from envs.config import SandboxLimits
+
+    recs = [record(1, sandbox={"memory_mb": 4096}), record(2, sandbox={"cpus": 2.0})]
+    tasks = load_tasks(write_jsonl(tmp_path / "t.jsonl", recs))
+    assert [t.model_extra for t in tasks] == [{"sandbox": r["sandbox"]} for r in recs]
+    limits = [SandboxLimits.for_task(SandboxLimits(), t) for t in tasks]
+    assert limits[0].memory_mb == 4096 and limits[1].cpus == 2.0
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_loading_a_local_file_sends_nothing_over_the_network(tmp_path, monkeypatch, suffix):
+    """`datasets` pings s3.amazonaws.com (a download counter) unless told not to."""
+    import socket
+
+    import pandas as pd
+
+    looked_up = []
+
+    def no_lookup(host, *args, **kwargs):
+        looked_up.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "lookups are not allowed in this test")
+
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".parquet":
+        pd.DataFrame([record(1), record(2)]).to_parquet(path)
+    else:
+        write_jsonl(path, [record(1), record(2)])
+    monkeypatch.setattr(socket, "getaddrinfo", no_lookup)
+    assert len(load_tasks(path)) == 2
+    assert looked_up == []
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ({"memory_mb": "lots"}, r"field 'sandbox\.memory_mb': Input should be a valid integer"),
+        ({"cpus": 0}, r"field 'sandbox\.cpus': Input should be greater than 0"),
+        ({"no_such_limit": 1}, r"field 'sandbox\.no_such_limit': Extra inputs"),
+        ([1, 2], r"field 'sandbox': must be an object"),
+    ],
+)
+def test_bad_sandbox_override_fails_at_load_time(tmp_path, override, match):
+    path = write_jsonl(tmp_path / "t.jsonl", [record(1, sandbox={"memory_mb": 4096}),
+                                              record(2, sandbox=override)])
+    with pytest.raises(TaskFileError, match=r"record 1 \(instance_id='demo__demo-2'\): " + match):
+        load_tasks(path)
+
+
+@pytest.mark.parametrize("bad_id", ["../../escape", "a/b", "..", "x\u0000y"])
+def test_instance_id_that_is_not_a_file_name(tmp_path, bad_id):
+    path = write_jsonl(tmp_path / "t.jsonl", [record(1, instance_id=bad_id)])
+    with pytest.raises(TaskFileError, match=r"field 'instance_id': must not contain '/'"):
+        load_tasks(path)
+
+
 def test_missing_file_and_unknown_suffix(tmp_path):
     with pytest.raises(TaskFileError, match="no such task file"):
         load_tasks(tmp_path / "nope.jsonl")
@@ -214,3 +285,31 @@ def test_one_shared_repo_and_a_patch_per_task_give_one_image_tag_per_task(tmp_pa
     missing = t.model_copy(update={"source_patch": "bugs/nope.patch"})
     with pytest.raises(TaskFileError, match="source_patch"):
         source_patch_of(missing, QUICKSTART)
+
+
+def test_lone_surrogate_escape_is_an_error_naming_the_field(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(record(1)) + "\n" + json.dumps(record(2, test_patch="a\ud800"))
+                    + "\n")
+    assert "\\ud800" in path.read_text()  # valid JSON, valid UTF-8: only the escape is bad
+    with pytest.raises(TaskFileError, match=r"record 1 .*field 'test_patch': not valid text"):
+        load_tasks(path)
+
+
+@pytest.mark.parametrize(
+    ("repo", "slug"),
+    [("psf/requests", "psf__requests"), ("Bad Org/x y", "bad-org__x-y"),
+     (".hidden/a:b@c", "hidden__a-b-c"), ("x" * 300, "x" * 100)],
+)
+def test_image_tags_are_valid_docker_references_for_any_repo(tmp_path, repo, slug):
+    """Before: `Bad Org/x y` made `swefleet-task:bad org__x y-...` and a Docker traceback."""
+    import re
+
+    from envs.images import task_image_tag
+    from swefleet.types import Task
+
+    task = Task(instance_id="a__b-1", repo=repo, problem_statement="x")
+    tag = task_image_tag(task, tmp_path, "base")
+    name, _, version = tag.partition(":")
+    assert name == "swefleet-task" and version.startswith(slug + "-")
+    assert re.fullmatch(r"[a-z0-9_][a-z0-9_.-]{0,127}", version), tag
