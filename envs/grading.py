@@ -308,8 +308,10 @@ class DockerGrader(Grader):
                 log_text = _refused_log(task, why)
             else:
                 log_text = self._run(task, model_patch, started + self.timeout_s)
-        except _infra_errors() as e:
-            log.warning("grading %s: infrastructure error: %s", task.instance_id, e)
+        except _infra_errors() as e:  # at shutdown the run's containers go first: no warning
+            (log.debug if self._closing else log.warning)(
+                "grading %s: infrastructure error: %s", task.instance_id, e
+            )
             log_text = _infra_log(task, e)
         result = regrade_from_log(task, log_text)
         result.duration_s = time.monotonic() - started
@@ -373,6 +375,8 @@ def _remove(container) -> None:
     except docker.errors.NotFound:
         pass
     except docker.errors.APIError as e:  # the run's reaper removes it by label
+        if e.status_code == 409 and "already in progress" in str(e):
+            return  # someone else (the run's shutdown reaper) is removing it
         log.warning("could not remove grading container %s: %s", container.id[:12], e)
 
 
