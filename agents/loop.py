@@ -27,7 +27,7 @@ from agents.config import AgentConfig
 from agents.context import compacted_prompt
 from agents.protocol import Action, ChatTokenizer, FormatError, Observation
 from agents.scaffolds import make_scaffold
-from envs.protocol import DiskBudgetExceeded, Sandbox
+from envs.protocol import DiskBudgetExceeded, RepositoryBroken, Sandbox
 from inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
 from swefleet import routed_experts
 from swefleet.types import NON_SCORABLE, EpisodeStatus, Task, Trajectory, Turn
@@ -257,8 +257,9 @@ class _Episode:
     async def collect_patch(self) -> None:
         """Fill `model_patch` from the sandbox. A failed diff means the sandbox broke and the
         patch is unknown: a scorable status becomes infra_error (its old status and reason are
-        kept in `reason`), so a broken sandbox is never graded as reward 0 — unless the farm
-        removed it for its disk budget (`limit_disk`, the agent's doing)."""
+        kept in `reason`), so a broken sandbox is never graded as reward 0 — unless the agent
+        did it: the farm removed the sandbox for its disk budget (`limit_disk`), or the agent
+        broke the repository (`RepositoryBroken`: graded as an empty patch, reward 0)."""
         t0 = time.monotonic()
         try:
             async with asyncio.timeout(self.config.command_timeout_s):
@@ -266,6 +267,9 @@ class _Episode:
         except DiskBudgetExceeded as exc:
             if self.traj.status not in NON_SCORABLE:
                 _finish(self.traj, EpisodeStatus.limit_disk, str(exc))
+        except RepositoryBroken as exc:  # the agent broke git: graded as no patch (reward 0)
+            self.traj.model_patch = ""
+            self.traj.reason = f"{self.traj.reason}; no patch: {_describe(exc)}".lstrip("; ")
         except asyncio.CancelledError:  # the patch is unknown: never graded
             before = f"{self.traj.status.value}: {self.traj.reason}"
             _finish(

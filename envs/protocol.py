@@ -20,6 +20,12 @@ class DiskBudgetExceeded(Exception):
     ends the episode with `EpisodeStatus.limit_disk`."""
 
 
+class RepositoryBroken(Exception):
+    """The agent left the workdir's git repository unusable (removed or corrupted `.git`), so no
+    patch can be taken. A policy failure, deliberately not an `InfraError` (that would mask the
+    episode and let a failing policy escape its 0): the agent loop grades an empty patch."""
+
+
 class CommandResult(BaseModel):
     """Result of one shell command in a sandbox."""
 

@@ -25,7 +25,7 @@ from typing import Any, Self
 
 from envs import containers
 from envs.config import FarmConfig, SandboxLimits
-from envs.protocol import CommandResult, DiskBudgetExceeded, InfraError
+from envs.protocol import CommandResult, DiskBudgetExceeded, InfraError, RepositoryBroken
 from envs.session import SessionDied, ShellSession
 
 log = logging.getLogger(__name__)
@@ -396,9 +396,15 @@ class DockerSandbox:
                     f"the files changed in the sandbox hold {int(m[1]) / 2**20:.1f} MiB, over "
                     f"patch_max_bytes ({self.config.patch_max_bytes / 2**20:.1f} MiB): no patch"
                 )
-            raise InfraError(f"git diff failed ({rc}): {text[-2000:]}")
+            if rc in _KILLED:  # git was killed (memory limit, the daemon): not the repository
+                raise InfraError(f"git diff killed ({rc}): {text[-2000:]}")
+            # the container ran the script and git refused: the repository is the agent's doing
+            raise RepositoryBroken(f"git diff failed ({rc}): {text[-2000:]}")
         return out
 
+
+#: Exit codes of a shell whose command died by SIGKILL / SIGTERM / SIGSEGV / SIGBUS.
+_KILLED = frozenset({137, 143, 139, 135})
 
 #: Sum of the new blobs' sizes (from `git diff --raw -z`: metadata records start with `:`);
 #: over `{limit}` it says so on stderr and fails before the diff reads any of them.

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from envs.protocol import CommandResult
+from envs.protocol import CommandResult, RepositoryBroken
 
 _GIT = ["git", "-c", "user.name=swefleet", "-c", "user.email=swefleet@localhost"]
 
@@ -76,7 +76,7 @@ class LocalShellSandbox:
     async def diff(self) -> str:
         result = await self._exec("git add -A && git diff --cached --no-color HEAD", 30)
         if result.exit_code != 0:
-            raise RuntimeError(f"git diff failed: {result.output}")
+            raise RepositoryBroken(f"git diff failed: {result.output}")
         return result.output
 
     def _result(

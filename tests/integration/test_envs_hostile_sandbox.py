@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from envs.config import FarmConfig, SandboxLimits
-from envs.protocol import DiskBudgetExceeded
+from envs.protocol import DiskBudgetExceeded, RepositoryBroken
 from envs.sandbox import DockerSandbox, PatchTooLarge
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -126,3 +126,18 @@ async def test_a_patch_of_huge_files_is_refused_before_git_reads_them(sb):
     assert "GIT binary patch" in await sb.diff()  # 100 kB: still made
     await sb.run("rm junk2.log")
     assert await sb.diff() == ""
+
+
+async def test_an_agent_that_removes_git_gets_no_patch_not_an_infra_error(client, envs_tiny_task):
+    """`rm -rf .git` (or a corrupted one) used to make `diff()` raise InfraError: the episode
+    was masked as an infrastructure failure, an escape from reward 0 a policy could learn."""
+    box = await _make(client, envs_tiny_task)
+    try:
+        await box.run("printf 'garbage' > .git/HEAD")
+        with pytest.raises(RepositoryBroken, match="git diff failed"):
+            await box.diff()
+        await box.run("rm -rf .git")
+        with pytest.raises(RepositoryBroken, match="git diff failed"):
+            await box.diff()
+    finally:
+        await box.close()

@@ -326,6 +326,15 @@ async def test_diff_failure_makes_a_scorable_end_infra_error(tok, tmp_path, scri
     assert traj.reason == f"diff failed: InfraError: daemon gone (after {before})"
 
 
+async def test_an_agent_that_breaks_git_is_graded_as_no_patch(tok, tmp_path):
+    """`rm -rf .git` must not turn a failing episode into an unscored infra_error."""
+    sandbox = LocalShellSandbox.create(tmp_path / "repo", FILES)
+    traj, _ = await play(tok, sandbox, [bash("rm -rf .git"), SUBMIT])
+    assert traj.status == EpisodeStatus.unresolved
+    assert traj.model_patch == ""
+    assert "no patch: RepositoryBroken: git diff failed" in traj.reason
+
+
 async def test_diff_failure_after_infra_error_keeps_first_reason(tok, tmp_path):
     class Dead(NoDiffSandbox, BrokenSandbox):
         pass
