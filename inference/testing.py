@@ -56,6 +56,40 @@ def reference_logprobs(model: Any, prompt_ids: list[int], completion_ids: list[i
     return [float(logp[start + i, t]) for i, t in enumerate(completion_ids)]
 
 
+class HeadReplyServer:
+    """Loopback TCP server that reads each request's head, writes `reply` (raw bytes, not
+    necessarily HTTP; None: nothing) and closes the connection."""
+
+    def __init__(self, reply: bytes | None = None) -> None:
+        self.reply = reply
+        self.requests = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Self:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            self.requests += 1
+            if self.reply is not None:
+                writer.write(self.reply)
+                await writer.drain()
+        finally:
+            writer.close()
+
+
 class RawServer:
     """Loopback TCP server: `status=None` reads requests and never answers (a hung server);
     `status=503` answers each request with that status and a JSON error, or with `body`."""

@@ -55,3 +55,17 @@ def envs_tiny_task(tmp_path_factory):
     task = Task(instance_id="tiny__calc-1", repo="tiny/calc", problem_statement="add subtracts")
     task.image = ensure_task_image(task, src)
     return task
+
+
+# --- agents: a small trained tokenizer --------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tok(tmp_path_factory):
+    """A byte-level BPE tokenizer (vocab 1024) trained by the project, shared by the session."""
+    from agents.tokenizer import Tokenizer
+    from swefleet.tinymodel import train_tokenizer
+
+    path = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer(path, vocab_size=1024)
+    return Tokenizer.from_dir(path)

@@ -97,16 +97,6 @@ class _NoGrader:
         raise AssertionError("a limit_disk episode has nothing to grade")
 
 
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    from agents.tokenizer import Tokenizer
-    from swefleet.tinymodel import train_tokenizer
-
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(path, vocab_size=1024)
-    return Tokenizer.from_dir(path)
-
-
 async def test_episode_ends_limit_disk_scored_zero_not_infra(client, tok, envs_tiny_task):
     from agents.config import AgentConfig
     from agents.scripted import ScriptedModel

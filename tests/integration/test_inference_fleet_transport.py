@@ -4,48 +4,17 @@ answers after the deadline ends as `timeout`."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import Self
 
 import pytest
 
 from inference.config import InferenceConfig
 from inference.fleet import FleetClient
 from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import RawServer
+from inference.testing import HeadReplyServer, RawServer
 from inference.transport import ConnectFailed, ConnectionLost, Transport
 
 pytestmark = pytest.mark.integration
-
-
-class ClosingServer:
-    """Reads each request's head, then closes the connection without answering."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Self:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            self.requests += 1
-        finally:
-            writer.close()
 
 
 def cfg(**overrides) -> InferenceConfig:
@@ -54,7 +23,7 @@ def cfg(**overrides) -> InferenceConfig:
 
 
 async def test_connection_closed_before_the_answer_is_retried_with_backoff():
-    async with ClosingServer() as closing:
+    async with HeadReplyServer() as closing:
         config = cfg(retry_budget=2, retry_backoff_s=0.2)
         async with FleetClient([closing.url], config) as fleet:
             t0 = time.monotonic()
@@ -69,7 +38,7 @@ async def test_connection_closed_before_the_answer_is_retried_with_backoff():
 
 
 async def test_no_retry_budget_means_one_attempt():
-    async with ClosingServer() as closing, FleetClient([closing.url], cfg(retry_budget=0)) as f:
+    async with HeadReplyServer() as closing, FleetClient([closing.url], cfg(retry_budget=0)) as f:
         with pytest.raises(RequestCancelled):
             await f.generate([1], max_tokens=2)
         assert closing.requests == 1 and f.totals["retries"] == 0
@@ -78,7 +47,7 @@ async def test_no_retry_budget_means_one_attempt():
 async def test_transport_maps_failures():
     transport = Transport(max_connections=4, connect_timeout_s=0.5)
     try:
-        async with ClosingServer() as closing:
+        async with HeadReplyServer() as closing:
             with pytest.raises(ConnectionLost):
                 await transport.post(f"{closing.url}/v1/completions", json={"prompt": [1]})
             url = closing.url

@@ -5,15 +5,12 @@ marks the server down."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Self
-
 import pytest
 
 from inference.config import InferenceConfig
 from inference.fleet import FleetClient
 from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import RawServer
+from inference.testing import HeadReplyServer, RawServer
 
 pytestmark = pytest.mark.integration
 
@@ -84,38 +81,6 @@ async def test_unreadable_health_answer_marks_the_server_down():
         assert f.metrics()["infer/live_servers"] == 0.0
 
 
-class NotHttpServer:
-    """Reads each request's head, answers `reply` (not a valid HTTP answer), closes."""
-
-    def __init__(self, reply: bytes) -> None:
-        self.reply = reply
-        self.requests = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Self:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            self.requests += 1
-            writer.write(self.reply)
-            await writer.drain()
-        finally:
-            writer.close()
-
-
 NOT_HTTP = {
     "bad status line": b"garbage\r\n\r\n",
     "bad content-length": b"HTTP/1.1 200 OK\r\ncontent-length: abc\r\n\r\n{}",
@@ -129,7 +94,7 @@ async def test_server_not_speaking_http_is_retried_then_dropped(reply, stream):
     config = cfg(
         retry_budget=1, retry_backoff_s=0.01, first_token_timeout_s=2.0 if stream else None
     )
-    async with NotHttpServer(reply) as server, FleetClient([server.url], config) as fleet:
+    async with HeadReplyServer(reply) as server, FleetClient([server.url], config) as fleet:
         with pytest.raises(RequestCancelled) as info:
             await fleet.generate([1, 2], max_tokens=4)
         assert info.value.reason == CancelReason.server_error

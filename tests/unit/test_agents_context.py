@@ -17,7 +17,6 @@ from agents.loop import run_episode
 from agents.scaffolds import SUBMIT_SENTINEL, make_scaffold
 from agents.scripted import ScriptedModel
 from agents.tokenizer import Tokenizer
-from swefleet.tinymodel import train_tokenizer
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers
@@ -33,13 +32,6 @@ REPLY = 48  # max_tokens_per_turn in these tests
 
 def bash(command: str) -> str:
     return f"```bash\n{command}\n```"
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(path, vocab_size=1024)
-    return Tokenizer.from_dir(path)
 
 
 def prompts_of(tok: Tokenizer, cfg: AgentConfig) -> tuple[str, str, list[int]]:

@@ -15,9 +15,7 @@ from agents.export import (
     write_trajectory,
 )
 from agents.scripted import ScriptedModel, ScriptedReply, ScriptExhausted
-from agents.tokenizer import Tokenizer
 from inference.protocol import CancelReason, RequestCancelled
-from swefleet.tinymodel import train_tokenizer
 from swefleet.types import EpisodeStatus, Trajectory, Turn
 
 pytestmark = pytest.mark.unit
@@ -74,13 +72,6 @@ def test_swebench_predictions(tmp_path):
         }
         for i in range(2)
     ]
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(path, vocab_size=1024)
-    return Tokenizer.from_dir(path)
 
 
 async def test_scripted_model_replays_per_episode_and_records(tok):

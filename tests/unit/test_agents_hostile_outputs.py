@@ -17,8 +17,6 @@ from agents.export import append_trajectories, read_trajectories
 from agents.loop import run_episode
 from agents.scaffolds import SUBMIT_SENTINEL
 from agents.scripted import ScriptedModel
-from agents.tokenizer import Tokenizer
-from swefleet.tinymodel import train_tokenizer
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers
@@ -34,13 +32,6 @@ SUBMIT = f"```bash\necho {SUBMIT_SENTINEL}\n```"
 def call(name: str, **arguments) -> str:
     body = json.dumps({"name": name, "arguments": arguments})
     return f"<tool_call>\n{body}\n</tool_call>"
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(path, vocab_size=1024)
-    return Tokenizer.from_dir(path)
 
 
 @pytest.fixture

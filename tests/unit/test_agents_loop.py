@@ -15,10 +15,8 @@ from agents.config import AgentConfig
 from agents.loop import run_episode
 from agents.scaffolds import SUBMIT_SENTINEL, BashScaffold
 from agents.scripted import ScriptedModel, ScriptedReply
-from agents.tokenizer import Tokenizer
 from envs.protocol import DiskBudgetExceeded, InfraError
 from inference.protocol import CancelReason, Completion, RequestCancelled
-from swefleet.tinymodel import train_tokenizer
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers
@@ -33,13 +31,6 @@ SUBMIT = f"```bash\necho {SUBMIT_SENTINEL}\n```"
 
 def bash(command: str) -> str:
     return f"Next step.\n```bash\n{command}\n```"
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(path, vocab_size=1024)
-    return Tokenizer.from_dir(path)
 
 
 @pytest.fixture

@@ -17,8 +17,6 @@ from agents.protocol import Action, FormatError
 from agents.scaffolds import ToolScaffold, make_scaffold
 from agents.scaffolds.tool_calls import ARGUMENTS, parse_tool_call, tool_schemas
 from agents.scripted import ScriptedModel
-from agents.tokenizer import Tokenizer
-from swefleet.tinymodel import train_tokenizer
 from swefleet.types import EpisodeStatus, Task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers
@@ -34,13 +32,6 @@ FILES = {"greet.py": GREET, "dup.py": "x = 1\ny = 2\nx = 1\n", "pkg/empty.py": "
 def call(name: str, **arguments) -> str:
     body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
     return f"I will use {name}.\n<tool_call>\n{body}\n</tool_call>"
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(path, vocab_size=1024)
-    return Tokenizer.from_dir(path)
 
 
 @pytest.fixture

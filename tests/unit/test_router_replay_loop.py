@@ -15,10 +15,8 @@ from agents.config import AgentConfig
 from agents.loop import run_episode
 from agents.scaffolds import SUBMIT_SENTINEL
 from agents.scripted import ScriptedModel
-from agents.tokenizer import Tokenizer
 from orchestrator.advantages import trajectory_samples
 from swefleet import routed_experts
-from swefleet.tinymodel import train_tokenizer
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers
@@ -54,13 +52,6 @@ class MoEModel(ScriptedModel):
         ids[:, :, 1] = (np.arange(rows) % 256)[:, None]
         self.full.append(routed_experts.encode(ids))
         return completion.model_copy(update={"routed_experts": self.full[-1]})
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(path, vocab_size=1024)
-    return Tokenizer.from_dir(path)
 
 
 async def play(tok, tmp_path, script, bad=None, **config) -> tuple[Trajectory, MoEModel]:
