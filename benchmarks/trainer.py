@@ -16,7 +16,9 @@ loaded as fp32 master weights), train on one packed batch of `batch` samples of 
   `attn=varlen|cudnn|flex|sdpa` (packed: FlashAttention-2 varlen / long samples through cuDNN
   one by one, short runs through FA2 / FlexAttention; sdpa: one padded row per sample,
   torchtitan prefers cuDNN attention there), `fp8=tensorwise|rowwise|
-  rowwise_with_gw_hp` with `fp8filter=auto|all` (torchao float8 linears), `head=bfloat16|
+  rowwise_with_gw_hp` with `fp8filter=auto|all` (torchao float8 linears) and `fp8acc=forward|all`
+  (which float8 GEMMs use fast accumulation: torchao's default, the forward only, or all three)
+  and `fp8ag=0|1` (under ranks=N: all-gather bf16 weights, or float8 ones), `head=bfloat16|
   float32` (lm_head matmul precision), `ranks=N` (N processes under torchrun, one GPU each, FSDP2 over
   all of them, each rank training its share of the batch; tokens/s counts the whole batch, MFU
   divides by N GPUs, peak memory is rank 0's), `autotune=1` (inductor's
@@ -125,7 +127,7 @@ def parse_variant(text: str) -> dict:
     spec = {"kind": kind, "name": text}
     for opt in opts:
         key, _, value = opt.partition("=")
-        if key not in ("ac", "compile", "mb", "chunk", "ckpt", "attn", "fp8", "fp8filter", "head", "prof", "autotune", "ranks"):
+        if key not in ("ac", "compile", "mb", "chunk", "ckpt", "attn", "fp8", "fp8filter", "fp8acc", "fp8ag", "head", "prof", "autotune", "ranks"):
             raise ValueError(f"variant {text!r}: unknown option {key!r}")
         spec[key] = value
     return spec
@@ -146,6 +148,8 @@ def _trainer_config(device: str, spec: dict, total_tokens: int):
         logprob_chunk_size=int(spec.get("chunk", 4096 if cuda else 256)),
         float8=spec.get("fp8", "none"),
         float8_filter=spec.get("fp8filter", "auto"),
+        float8_grad_fast_accum=spec.get("fp8acc", "forward") == "all",
+        float8_fsdp_all_gather=spec.get("fp8ag", "0") == "1",
         lm_head_dtype=spec.get("head", "auto"),
     )
 

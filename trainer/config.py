@@ -74,6 +74,18 @@ class TrainerConfig(BaseModel):
     """Which linears go float8: `auto` skips those too small to gain (torchao's size heuristic
     per recipe; not for rowwise_with_gw_hp), `all` converts every linear whose dims are
     multiples of 16 (MoE routers never)."""
+    float8_fsdp_all_gather: bool = False
+    """Under FSDP (several ranks), cast the tensorwise float8 weights to float8 before the
+    all-gather (half of bf16's bytes; scales precomputed in one all-reduce after each optimizer
+    step) instead of all-gathering bf16 and casting inside the compiled blocks. Pays off where
+    the interconnect is the bottleneck (across nodes); off by default, as in torchtitan: on one
+    NVLink host its eager per-weight casts cost more than the halved traffic saves (Qwen3-8B
+    on 2 H200s: 17,079-18,563 tokens/s with it, 20,472 without; docs/benchmarks.md)."""
+    float8_grad_fast_accum: bool = False
+    """Let the float8 backward GEMMs (input and weight gradients) accumulate like the forward
+    one does, in the tensor cores' reduced-precision accumulator (cuBLAS fast accumulation),
+    instead of torchao's default for gradients, which promotes partial sums to fp32 as it goes.
+    Faster backward, less accurate gradients; off by default; no effect without `float8`."""
     expert_parallel: int = Field(1, ge=1)
     """Expert parallelism (Qwen3-MoE only): each MoE layer's experts are split by expert over
     this many ranks, borrowed from the FSDP ranks (torchtitan's dp2ep: no extra GPUs), and

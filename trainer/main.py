@@ -173,6 +173,8 @@ def build_trainer(cfg: TrainerConfig, source: Path, device: str, attention: str,
         fsdp_param_dtype=torch.bfloat16 if cfg.compute_dtype == "bfloat16" else torch.float32,
         float8=cfg.float8,
         float8_filter=cfg.float8_filter,
+        float8_grad_fast_accum=cfg.float8_grad_fast_accum,
+        float8_fsdp_all_gather=cfg.float8_fsdp_all_gather,
         expert_parallel=cfg.expert_parallel,
     )
     return policy, build_optimizer(policy, cfg)

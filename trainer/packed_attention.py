@@ -239,19 +239,33 @@ def _backward(ctx, grad_out, _grad_lse):
 packed_attention.register_autograd(_backward, setup_context=_setup_context)
 
 
+class HostBoundaries:
+    """The packed samples' boundaries as a CPU int tensor (`.cpu_tensor`), in a holder that
+    input-moving hooks leave alone: FSDP2's root forward moves every tensor of the model's
+    inputs to the GPU, namedtuple fields included, and the per-sample plan needs the host
+    copy (reading a GPU one would sync the stream in every layer)."""
+
+    def __init__(self, cpu_tensor: torch.Tensor) -> None:
+        if cpu_tensor.device.type != "cpu":
+            raise ValueError("HostBoundaries holds a CPU tensor")
+        self.cpu_tensor = cpu_tensor
+
+
 class PackedCudnnAttention(nn.Module):
     """Drop-in for torchtitan's `VarlenAttentionWrapper` (same call: q/k/v [bs, heads, L, d]
-    and a `VarlenMetadata`; returns [bs * L, heads, d]). The metadata's `cu_seq_k` must be the
-    boundaries on the CPU (`trainer.titan.packed_attention_masks` builds it so for `cudnn`)."""
+    and a `VarlenMetadata`; returns [bs * L, heads, d]). The metadata's `cu_seq_k` must be a
+    `HostBoundaries` (`trainer.titan.packed_attention_masks` builds it so for `cudnn`)."""
 
     def __init__(self, min_cudnn_tokens: int = MIN_CUDNN_TOKENS) -> None:
         super().__init__()
         self.min_cudnn_tokens = min_cudnn_tokens
 
     def forward(self, xq, xk, xv, attention_masks, scale: float | None = None) -> torch.Tensor:
-        cu_host = attention_masks.cu_seq_k
-        if cu_host.device.type != "cpu":
-            raise ValueError("cudnn packed attention needs the sample boundaries on the CPU")
+        bounds = attention_masks.cu_seq_k
+        if not isinstance(bounds, HostBoundaries):
+            raise TypeError("cudnn packed attention needs the sample boundaries on the CPU "
+                             "(a HostBoundaries as the metadata's cu_seq_k)")  # fmt: skip
+        cu_host = bounds.cpu_tensor
         q, k, v = (x.transpose(1, 2).flatten(0, 1) for x in (xq, xk, xv))
         scale = scale if scale is not None else q.shape[-1] ** -0.5
         out, _ = packed_attention(q, k, v, cu_host, float(scale), self.min_cudnn_tokens)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +207,8 @@ def load_policy(
     fsdp_param_dtype: torch.dtype = torch.float32,
     float8: str = "none",
     float8_filter: str = "auto",
+    float8_grad_fast_accum: bool = False,
+    float8_fsdp_all_gather: bool = False,
     expert_parallel: int = 1,
 ) -> Policy:
     """Build the torchtitan Qwen3 on `meta`, materialise it on `device` in fp32, load the HF
@@ -249,7 +251,8 @@ def load_policy(
     after_step = None
     if float8 != "none":
         _, after_step = convert_float8(
-            model, float8, float8_filter, device, compile_blocks, dp_size, expert_parallel
+            model, float8, float8_filter, device, compile_blocks, dp_size, expert_parallel,
+            grad_fast_accum=float8_grad_fast_accum, fsdp_all_gather=float8_fsdp_all_gather,
         )
     if activation_checkpointing != "none" or compile_blocks or dp_size > 1:
         _parallelize(
@@ -301,6 +304,8 @@ def convert_float8(
     compile_blocks: bool,
     dp_size: int,
     expert_parallel: int = 1,
+    grad_fast_accum: bool = False,
+    fsdp_all_gather: bool = False,
 ) -> tuple[int, Callable[[], None] | None]:
     """Swap the transformer blocks' `nn.Linear`s for torchao `Float8Linear`s (torchtitan's
     float8 converter; same `weight` parameters, so state dicts and the HF mapping are
@@ -309,10 +314,13 @@ def convert_float8(
     `rowwise_with_gw_hp` (rowwise, weight gradient in high precision). `filter_mode`: `auto`
     skips linears too small to gain (torchao's H100 size heuristic for the recipe), `all`
     converts every linear whose dims are multiples of 16. On CPU tensorwise is emulated (tests
-    only; no compile). Tensorwise under FSDP (`dp_size > 1`) all-gathers the weights in float8
-    (a quarter of fp32's bytes, half of bf16's) with their scales precomputed once per step for
-    all weights: the returned hook must run after every optimizer step. Returns (the number of
-    converted linears, that hook or None)."""
+    only; no compile). With `fsdp_all_gather`, tensorwise under FSDP (`dp_size > 1`) all-gathers
+    the weights in float8 (a quarter of fp32's bytes, half of bf16's) with their scales
+    precomputed once per step for all weights: the returned hook must run after every
+    optimizer step. `grad_fast_accum`: the
+    two backward GEMMs accumulate in reduced precision like the forward one (torchao's default
+    promotes their partial sums to fp32). Returns (the number of converted linears, that hook
+    or None)."""
     from torchtitan.components.quantization.float8 import Float8LinearConverter
     from torchtitan.config import JobConfig
 
@@ -330,7 +338,7 @@ def convert_float8(
     fp8.emulate = device.type != "cuda"
     # MoE routers stay in high precision (their top-k decides the routing)
     fp8.filter_fqns = ["router"] + (["auto_filter_small_kn"] if filter_mode == "auto" else [])
-    fsdp_fp8 = recipe == "tensorwise" and dp_size > 1
+    fsdp_fp8 = recipe == "tensorwise" and dp_size > 1 and fsdp_all_gather
     fp8.enable_fsdp_float8_all_gather = fsdp_fp8
     fp8.precompute_float8_dynamic_scale_for_fsdp = fsdp_fp8
     job.compile.enable = compile_blocks
@@ -338,6 +346,13 @@ def convert_float8(
     converter = Float8LinearConverter(job, _parallel_dims(dp_size, expert_parallel))
     if not getattr(converter, "enabled", False):
         raise RuntimeError("torchao is too old for float8 recipes (needs torchao >= 0.9)")
+    if grad_fast_accum:
+        from torchao.float8.config import Float8GemmConfig
+
+        fast = Float8GemmConfig(use_fast_accum=True)
+        converter.config = replace(
+            converter.config, gemm_config_grad_input=fast, gemm_config_grad_weight=fast
+        )
     before = sum(type(m) is nn.Linear for m in model.layers.modules())
     converter.convert(model.layers)
     converted = before - sum(type(m) is nn.Linear for m in model.layers.modules())
@@ -471,7 +486,8 @@ def packed_attention_masks(
 ) -> Any:
     """What the packed kernel `attention` takes for samples packed into one row of `n_tokens`
     with boundaries `cu_seqlens` (int, on the model's device): varlen metadata (`varlen`; for
-    `cudnn` its `cu_seq_k` is the boundaries' CPU copy, which the per-sample plan reads) or a
+    `cudnn` its `cu_seq_k` is the boundaries' CPU copy in a `HostBoundaries`, which the
+    per-sample plan reads and FSDP's input move leaves on the host) or a
     document-causal FlexAttention block mask (`flex`)."""
     if attention == "flex":
         from trainer.attention import document_block_mask
@@ -480,8 +496,10 @@ def packed_attention_masks(
     if attention == "varlen":
         return varlen_metadata(cu_seqlens, max_len)
     if attention == "cudnn":
+        from trainer.packed_attention import HostBoundaries
+
         meta = varlen_metadata(cu_seqlens, max_len)
-        return meta._replace(cu_seq_k=meta.cu_seq_k.cpu())
+        return meta._replace(cu_seq_k=HostBoundaries(meta.cu_seq_k.cpu()))
     raise ValueError(f"attention {attention!r} is not a packed kernel")
 
 

@@ -1,6 +1,7 @@
-"""float8 under FSDP2 on CPU (gloo, emulated tensorwise): two ranks all-gather the block weights
-in float8 and, after every optimizer step, hold per-weight scales precomputed from the current
-full weights (one all-reduce for all of them); the step's losses track one process's float8."""
+"""float8 under FSDP2 on CPU (gloo, emulated tensorwise): with `float8_fsdp_all_gather` two ranks
+all-gather the block weights in float8 and, after every optimizer step, hold per-weight scales
+precomputed from the current full weights (one all-reduce for all of them); without it they
+all-gather plain weights and cast after. Either way the losses track one process's float8."""
 
 from __future__ import annotations
 
@@ -42,17 +43,20 @@ def _config():
                          float8="tensorwise", float8_filter="all")  # fmt: skip
 
 
-def _train(model_dir: str, world: int) -> tuple[list[float], dict]:
-    """STEPS float8 steps; (losses, {weight name: (precomputed scale, scale of the full weight)})."""
+def _train(model_dir: str, world: int, all_gather: bool = True) -> tuple[list[float], dict]:
+    """STEPS float8 steps; (losses, {weight name: (precomputed scale or None, scale of the full
+    weight, whether the local shard is torchao's float8 all-gather tensor)})."""
     from torch.distributed.tensor import DTensor
     from torchao.float8.float8_linear import Float8Linear
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
 
     from trainer.step import build_optimizer, train_step
     from trainer.titan import load_policy
 
     cfg = _config()
     policy = load_policy(Path(model_dir), torch.device("cpu"), "sdpa", dp_size=world,
-                         float8="tensorwise", float8_filter="all")  # fmt: skip
+                         float8="tensorwise", float8_filter="all",
+                         float8_fsdp_all_gather=all_gather)  # fmt: skip
     optimizer = build_optimizer(policy, cfg)
     arrays = _arrays()
     losses = [train_step(policy, optimizer, arrays, cfg)["loss"] for _ in range(STEPS)]
@@ -61,8 +65,10 @@ def _train(model_dir: str, world: int) -> tuple[list[float], dict]:
         if isinstance(m, Float8Linear) and isinstance(m.weight, DTensor):
             full = m.weight.full_tensor()
             want = float(torch.finfo(torch.float8_e4m3fn).max / full.abs().max().double())
-            got = getattr(m.weight._local_tensor, "_precomputed_scale", None)
-            scales[name] = (None if got is None else float(got), want)
+            local = m.weight._local_tensor
+            got = getattr(local, "_precomputed_scale", None)
+            fp8_gather = isinstance(local, WeightWithDynamicFloat8CastTensor)
+            scales[name] = (None if got is None else float(got), want, fp8_gather)
     return losses, scales
 
 
@@ -74,24 +80,29 @@ def _rank_main(rank: int, port: int, model_dir: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     try:
-        losses, scales = _train(model_dir, 2)
+        result = {str(ag): _train(model_dir, 2, ag) for ag in (True, False)}
         if rank == 0:
-            Path(out).write_text(json.dumps({"losses": losses, "scales": scales}))
+            Path(out).write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
 
 
-def test_two_rank_float8_all_gathers_with_fresh_precomputed_scales(tmp_path):
+def test_two_rank_float8_with_and_without_float8_all_gather(tmp_path):
     import torch.multiprocessing as mp
 
     model = create_tiny_model(tmp_path / "tiny", seed=0)
     out = tmp_path / "rank0.json"
     mp.spawn(_rank_main, args=(free_port(), str(model), str(out)), nprocs=2, join=True)
     got = json.loads(out.read_text())
-    assert got["scales"], "no float8 linear was FSDP-sharded"
-    for name, (precomputed, want) in got["scales"].items():
+    (gather_losses, gather_scales), (plain_losses, plain_scales) = got["True"], got["False"]
+    assert gather_scales and plain_scales.keys() == gather_scales.keys()
+    for name, (precomputed, want, fp8_gather) in gather_scales.items():
+        assert fp8_gather, name
         # the hook ran after the last step: the scale is that of the weights as they are now
         assert precomputed == pytest.approx(want, rel=1e-6), name
+    for name, (precomputed, _, fp8_gather) in plain_scales.items():
+        assert precomputed is None and not fp8_gather, name
     single, _ = _train(str(model), 1)
     # float8 casts of activations see each rank's share instead of the whole micro-batch
-    assert got["losses"] == pytest.approx(single, rel=5e-2)
+    assert gather_losses == pytest.approx(single, rel=5e-2)
+    assert plain_losses == pytest.approx(single, rel=5e-2)

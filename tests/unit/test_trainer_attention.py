@@ -96,3 +96,26 @@ def test_float8_swaps_block_linears_and_keeps_the_state_dict(tmp_path):
     assert torch.allclose(ref, got, atol=0.5)  # ... and still compute the same function
     with pytest.raises(ValueError, match="only the emulated tensorwise"):
         titan.load_policy(tiny, cpu, "sdpa", float8="rowwise")
+
+
+def test_float8_grad_fast_accum_reaches_every_converted_linear(tmp_path):
+    pytest.importorskip("torchao")
+    from torchao.float8.float8_linear import Float8Linear
+
+    tiny = create_tiny_model(tmp_path / "tiny", seed=0)
+    cpu = torch.device("cpu")
+
+    def accum(policy):
+        linears = [m for m in policy.model.layers.modules() if isinstance(m, Float8Linear)]
+        assert linears
+        return {
+            (c.gemm_config_output.use_fast_accum, c.gemm_config_grad_input.use_fast_accum,
+             c.gemm_config_grad_weight.use_fast_accum)
+            for c in (m.config for m in linears)
+        }  # fmt: skip
+
+    default = titan.load_policy(tiny, cpu, "sdpa", float8="tensorwise", float8_filter="all")
+    assert accum(default) == {(True, False, False)}  # torchao: fast accumulation forward only
+    fast = titan.load_policy(tiny, cpu, "sdpa", float8="tensorwise", float8_filter="all",
+                             float8_grad_fast_accum=True)  # fmt: skip
+    assert accum(fast) == {(True, True, True)}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.packed_attention import PackedCudnnAttention, plan_segments
+from trainer.packed_attention import HostBoundaries, PackedCudnnAttention, plan_segments
 
 pytestmark = pytest.mark.unit
 
@@ -47,8 +47,27 @@ def test_boundaries_on_the_gpu_are_refused():
 
     x = torch.zeros(1, 2, 4, 8)
     meta = SimpleNamespace(cu_seq_k=torch.zeros(2, dtype=torch.int32, device="meta"))
-    with pytest.raises(ValueError, match="on the CPU"):
+    with pytest.raises(TypeError, match="on the CPU"):
         PackedCudnnAttention()(x, x, x, meta)
+    with pytest.raises(ValueError, match="CPU tensor"):
+        HostBoundaries(torch.zeros(2, dtype=torch.int32, device="meta"))
+
+
+def test_host_boundaries_survive_fsdps_input_move():
+    """FSDP2's root forward moves the model's inputs with `torch.distributed.utils._to_kwargs`
+    (namedtuple fields included): the cudnn metadata's host boundaries must stay on the CPU
+    while the varlen boundaries move. Moved to `meta` here (no GPU in CI)."""
+    from torch.distributed.utils import _to_kwargs
+
+    from trainer.titan import packed_attention_masks
+
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    masks = packed_attention_masks("cudnn", cu, 5, 8)
+    _, kwargs = _to_kwargs((), {"attention_masks": masks}, torch.device("meta"), False)
+    moved = kwargs[0]["attention_masks"]
+    assert moved.cu_seq_q.device.type == "meta"
+    assert moved.cu_seq_k.cpu_tensor.device.type == "cpu"
+    assert moved.cu_seq_k.cpu_tensor.tolist() == [0, 3, 8]
 
 
 def test_cudnn_attention_needs_cuda():
