@@ -78,6 +78,48 @@ class SandboxLimits(BaseModel):
         return cls.model_validate({**defaults.model_dump(), **dict(override)})
 
 
+#: Files whose any change is dropped from a model patch before grading (see `envs/protect.py`).
+DEFAULT_PROTECTED_PATHS = (
+    "conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "pytest.toml",
+    ".pytest.toml",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.pth",
+    "*.pyc",
+    "*.egg-info/*",
+    "*.dist-info/*",
+)
+#: Config files whose pytest section a model patch may not change (their other edits stay).
+DEFAULT_PROTECTED_PYTEST_CONFIG = ("setup.cfg", "tox.ini", "pyproject.toml")
+
+
+class GradingConfig(BaseModel):
+    """How grading protects the test infrastructure from the patch it grades. The task's own
+    test patch is trusted and never filtered."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
+    """Globs of files a model patch may not add, change or delete: before grading, each file of
+    the patch that names such a path (in any of its headers) is dropped, the rest still applies,
+    and the paths are recorded in `GradeResult.dropped_paths`. A glob without `/` matches a
+    file's name in any directory; one with `/` matches the whole path (`*` also matches `/`).
+    The defaults are what pytest or Python load before the tests: `conftest.py` (hooks can
+    rewrite every report to "passed"), pytest's own config files, `sitecustomize.py`/
+    `usercustomize.py` and `*.pth` (run at start-up), stale bytecode, and installed metadata
+    (`entry_points.txt` can register a pytest plugin). A changed file the patch's headers did
+    not name (a format only `patch` reads) fails the patch. Empty turns this off."""
+    protected_pytest_config: tuple[str, ...] = DEFAULT_PROTECTED_PYTEST_CONFIG
+    """Globs (same rules) of config files whose pytest part a model patch may not change:
+    after the patch is applied, such a file whose `[tool:pytest]`/`[pytest]` sections (ini
+    style) or `tool.pytest` table (TOML) differ from the base commit's — or that no longer
+    parses — is reverted as a whole and recorded in `GradeResult.dropped_paths`; its other edits
+    (dependencies, metadata) are kept when the pytest part is unchanged. Empty turns this off."""
+
+
 class FarmConfig(BaseModel):
     """How the farm creates, pools, limits and reaps sandboxes."""
 
@@ -133,6 +175,8 @@ class FarmConfig(BaseModel):
     """Extra age beyond `lifetime_s` before the reaper removes a container that should have ended."""
     session_env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SESSION_ENV))
     """Environment of the agent's shell session (pagers off, progress bars off, UTF-8)."""
+    grading: GradingConfig = Field(default_factory=GradingConfig)
+    """What the grader protects from the model patch (`envs.grading.DockerGrader(config=)`)."""
 
     @model_validator(mode="after")
     def _ttl_below_lifetime(self) -> FarmConfig:

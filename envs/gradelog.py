@@ -10,8 +10,8 @@ test lists are corrected. The tests' output is parsed with the swebench parser n
 from __future__ import annotations
 
 import json
-import re
 
+from envs.patchfiles import split_patch
 from swefleet.types import GradeResult, GradeStatus, Task
 
 # SWE-bench's log markers (swebench.harness.constants), repeated here so that reading a log does
@@ -23,6 +23,8 @@ TESTS_TIMEOUT = ">>>>> Tests Timed Out"
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
 TEST_EXIT_CODE = ">>>>> Test Exit Code"
+#: A file of the model patch that was not applied: it changes protected test infrastructure.
+PROTECTED_DROPPED = ">>>>> Protected path dropped from the model patch"
 #: The last line of every grading log: JSON written by the grader, never by the tests.
 VERDICT = ">>>>> swefleet verdict: "
 
@@ -45,20 +47,16 @@ NON_TEST_EXTS = (
     ".yaml",
     ".toml",
 )
-_DIFF_PATH = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.MULTILINE)
-_PLUS_PATH = re.compile(r"^\+\+\+ b/(\S+)", re.MULTILINE)
+_STATUSES = ("PASSED ", "FAILED ", "SKIPPED ", "ERROR ", "XFAIL ")
 
 # ---------------------------------------------------------------------------------------------
 # Test files and parsers
 
 
 def patch_paths(patch: str) -> list[str]:
-    """Paths a unified/git diff touches (old and new names), in order, without duplicates."""
-    paths: list[str] = []
-    for a, b in _DIFF_PATH.findall(patch):
-        paths += [a, b]
-    paths += _PLUS_PATH.findall(patch)
-    return list(dict.fromkeys(p for p in paths if p != "/dev/null"))
+    """Paths a unified/git diff touches (old and new names), in order, without duplicates;
+    names with spaces and C-quoted names are read whole (`envs/patchfiles.py`)."""
+    return list(dict.fromkeys(p for f in split_patch(patch) for p in f.paths))
 
 
 def test_files_of(task: Task) -> list[str]:
@@ -66,12 +64,8 @@ def test_files_of(task: Task) -> list[str]:
     changes (not deletes), without data files (SWE-bench's `get_test_directives`)."""
     if task.test_files:
         return list(task.test_files)
-    deleted = set(re.findall(r"^--- a/(\S+)\n\+\+\+ /dev/null", task.test_patch, re.MULTILINE))
-    return [
-        p
-        for p in _PLUS_PATH.findall(task.test_patch)
-        if p not in deleted and not p.endswith(NON_TEST_EXTS)
-    ]
+    news = (f.new for f in split_patch(task.test_patch))
+    return list(dict.fromkeys(p for p in news if p and not p.endswith(NON_TEST_EXTS)))
 
 
 def parser_key(name: str) -> str:
@@ -115,10 +109,16 @@ def regrade_from_log(task: Task, log_text: str) -> GradeResult:
     verdict = _read_verdict(log_text)
     result = GradeResult(instance_id=task.instance_id, status=GradeStatus.error, log=log_text)
     phase = verdict.get("phase")
+    dropped = verdict.get("dropped")
+    if isinstance(dropped, list):
+        result.dropped_paths = [str(p) for p in dropped]
     if phase == "infra":
         result.reason = f"{REASON_INFRA}: {verdict.get('error', 'unknown')}"
     elif phase == "model_patch":
         result.reason = REASON_PATCH
+    elif phase == "protected":
+        paths = ", ".join(str(p) for p in verdict.get("paths", []))[:300]
+        result.reason = f"{REASON_PATCH}: it changed protected files its headers hide: {paths}"
     elif phase == "test_patch":
         result.reason = f"{REASON_PATCH}: the test patch conflicts with the model patch"
     elif phase == "reset":
@@ -149,10 +149,34 @@ def _test_output(log_text: str) -> str:
     return rest.rpartition(END_TEST_OUTPUT)[0]
 
 
+def _with_whole_ids(output: str, status_map: dict[str, str]) -> dict[str, str]:
+    """`status_map` plus the whole id of each parametrized test whose id has a space
+    (`t.py::test_x[a b]`): swebench's parsers split lines at spaces and keep `t.py::test_x[a`,
+    which SWE-bench's own test lists hold, so that key stays too."""
+    extra = {}
+    for line in output.split("\n"):
+        if line.startswith(_STATUSES) and (whole := _whole_id(line)):
+            extra[whole] = line.split(" ", 1)[0]
+    return {**status_map, **{k: v for k, v in extra.items() if k not in status_map}}
+
+
+def _whole_id(line: str) -> str | None:
+    """`PASSED t.py::test_x[a b]` or `FAILED t.py::test_x[a - b] - Error: [1]` -> the id with
+    its spaces; None when the first word is already the whole id (linear time: logs are
+    untrusted)."""
+    status, _, rest = line.rstrip().partition(" ")
+    first = rest.split(" ", 1)[0]
+    if "[" not in first or first.endswith("]") or " " not in rest:
+        return None
+    cut = rest.find("] - ") if status != "PASSED" else -1
+    whole = rest[: cut + 1] if cut >= 0 else rest
+    return whole if whole.endswith("]") else None
+
+
 def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeResult) -> None:
     from swebench.harness.grading import SUITE_RAN, get_eval_tests_report, get_resolution_status
 
-    status_map = get_log_parser(task.log_parser)(output, _test_spec(task))
+    status_map = _with_whole_ids(output, get_log_parser(task.log_parser)(output, _test_spec(task)))
     result.tests = status_map
     if not status_map and not SUITE_RAN.search(output):
         result.reason = f"{REASON_NO_SUITE} (exit code {exit_code}, no test results in the log)"

@@ -4,7 +4,12 @@ The procedure follows SWE-bench's harness (`swebench.harness.run_evaluation` + `
 
 1. a fresh, locked-down container from `task.image` (label `swefleet.run=<run_id>`, network
    off, all capabilities dropped, no new privileges, memory/pids/CPU limits), always removed;
-2. the model patch is applied with `git apply`, falling back to `patch --fuzz=5`;
+2. the files of the model patch that name protected test infrastructure (`conftest.py`,
+   pytest's config files, `*.pth`, ...: `GradingConfig.protected_paths`) are dropped, the rest
+   is applied with `git apply`, falling back to `patch --fuzz=5`; then any other protected file
+   it changed fails the patch, and a config file whose pytest section it changed is reverted
+   (`envs/protect.py`; dropped paths are recorded in `GradeResult.dropped_paths`) — SWE-bench
+   applies such a patch as is;
 3. the files touched by `test_patch` are reset to the base commit (undoing the model's edits to
    them; SWE-bench does this after the model patch, so do we) and `test_patch` is applied;
 4. `task.test_cmd` runs on the test files under `timeout` with a deadline;
@@ -32,11 +37,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from envs.config import GradingConfig
 from envs.containers import sandbox_labels
 from envs.gradelog import (
     APPLY_PATCH_FAIL,
     APPLY_PATCH_PASS,
     END_TEST_OUTPUT,
+    PROTECTED_DROPPED,
     REASON_INFRA,
     RESET_FAILED,
     START_TEST_OUTPUT,
@@ -49,6 +56,7 @@ from envs.gradelog import (
     regrade_from_log,
     test_files_of,
 )
+from envs.protect import drop_protected, matches, pytest_section
 from envs.protocol import Grader, InfraError
 from swefleet.types import GradeResult, GradeStatus, Task
 
@@ -58,6 +66,7 @@ LABEL_RUN = "swefleet.run"
 LABEL_KIND = "swefleet.kind"
 LABEL_INSTANCE = "swefleet.instance"
 _SCRATCH = "/tmp/swefleet"
+_MARK = "applied.mark"
 
 
 #: Header lines of a diff that name a file, for `git apply` and for GNU `patch`.
@@ -92,7 +101,9 @@ def _not_text(patch: str) -> str:
 
 
 def _tar_files(files: Mapping[str, str], uid: int = 1000) -> bytes:
-    """A tar holding `swefleet/<name>` for each file, owned by `uid` (put_archive into /tmp)."""
+    """A tar holding `swefleet/<name>` for each file, owned by `uid` (put_archive into /tmp),
+    dated 2 s ago: every file the model patch writes is newer than `_MARK`."""
+    mtime = time.time() - 2
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         root = tarfile.TarInfo("swefleet")
@@ -102,6 +113,7 @@ def _tar_files(files: Mapping[str, str], uid: int = 1000) -> bytes:
             data = text.encode()
             info = tarfile.TarInfo(f"swefleet/{name}")
             info.size, info.mode, info.uid, info.gid = len(data), 0o644, uid, uid
+            info.mtime = mtime
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -109,16 +121,25 @@ def _tar_files(files: Mapping[str, str], uid: int = 1000) -> bytes:
 class _Session:
     """One grading run inside one started container; builds the log step by step."""
 
-    def __init__(self, container, task: Task, deadline: float, log_cap: int):
+    def __init__(self, container, task: Task, deadline: float, log_cap: int,
+                 config: GradingConfig):
         self.container, self.task, self.deadline, self.log_cap = container, task, deadline, log_cap
+        self.config = config
         self.lines: list[str] = [f">>>>> swefleet grade {task.instance_id} image={task.image}"]
+        self.dropped: list[str] = []
 
     def run(self, model_patch: str) -> str:
+        model_patch, self.dropped = drop_protected(model_patch, self.config.protected_paths)
+        self.lines += [f"{PROTECTED_DROPPED}: {p}" for p in self.dropped]
         self.container.put_archive(
-            "/tmp", _tar_files({"model.patch": model_patch, "test.patch": self.task.test_patch})
+            "/tmp", _tar_files({"model.patch": model_patch, "test.patch": self.task.test_patch,
+                                _MARK: ""})
         )
         if not self._apply_model_patch(model_patch):
             return self._finish({"phase": "model_patch"})
+        if sneaked := self._guard_applied():
+            self.lines.append(APPLY_PATCH_FAIL + " (protected files changed)")
+            return self._finish({"phase": "protected", "paths": sneaked[:50]})
         if not self._reset_test_files():
             self.lines.append(RESET_FAILED)
             return self._finish({"phase": "reset"})
@@ -161,6 +182,45 @@ class _Session:
             return True
         self.lines.append(APPLY_PATCH_FAIL)
         return False
+
+    def _guard_applied(self) -> list[str]:
+        """After the model patch: the protected files it changed although no header of it named
+        them (only `patch` reads such a diff), which fail it; a config file whose pytest part it
+        changed is reverted and recorded as dropped (one that cannot be reverted fails it)."""
+        if not (self.config.protected_paths or self.config.protected_pytest_config):
+            return []
+        written = self._written_files()
+        sneaked = [p for p in written if matches(p, self.config.protected_paths)]
+        if sneaked:
+            return sneaked
+        for path in (p for p in written if matches(p, self.config.protected_pytest_config)):
+            q = shlex.quote(path)
+            old, new = self._read(f"git show HEAD:./{q}"), self._read(f"cat -- {q}")
+            if pytest_section(path, old) == pytest_section(path, new):
+                continue
+            revert = (f"if git cat-file -e HEAD:./{q} 2>/dev/null; then git checkout -q HEAD -- {q}; "
+                      f"else rm -f -- {q}; fi")
+            if not self._sh(revert, f"revert the pytest config of {path}"):
+                return [path]
+            self.lines.append(f"{PROTECTED_DROPPED}: {path} (its pytest section changed)")
+            self.dropped.append(path)
+        return []
+
+    def _written_files(self) -> list[str]:
+        """Files (and links) written after `_MARK`, outside `.git`, and tracked files deleted."""
+        script = (
+            f"find . -path ./.git -prune -o \\( -type f -o -type l \\) -newer {_SCRATCH}/{_MARK} "
+            "-print0 2>/dev/null; git ls-files -d -z"
+        )
+        res = self.container.exec_run(["bash", "-c", script], workdir=self.task.workdir)
+        names = (res.output or b"").decode(errors="replace").split("\0")
+        return list(dict.fromkeys(n.removeprefix("./") for n in names if n))
+
+    def _read(self, command: str) -> str | None:
+        """The first 4 MiB `command` prints (a config file), or None when it fails."""
+        script = f"set -o pipefail; {command} 2>/dev/null | head -c {4 << 20}"
+        res = self.container.exec_run(["bash", "-c", script], workdir=self.task.workdir)
+        return res.output.decode(errors="replace") if res.exit_code == 0 else None
 
     def _reset_test_files(self) -> bool:
         paths = patch_paths(self.task.test_patch)
@@ -210,6 +270,8 @@ class _Session:
         return (int(first) if first.strip().lstrip("-").isdigit() else None), output
 
     def _finish(self, verdict: dict) -> str:
+        if self.dropped:
+            verdict = {**verdict, "dropped": self.dropped}
         return "\n".join(self.lines) + "\n" + VERDICT + json.dumps(verdict) + "\n"
 
 
@@ -270,13 +332,16 @@ class DockerGrader(Grader):
         log_cap_chars: int = 200_000,
         max_parallel: int = 8,
         max_file_mb: int = 1024,
+        config: GradingConfig | None = None,
     ):
         """`timeout_s`: deadline of one grading run (patches + tests); `mem_limit`, `pids_limit`,
         `cpus`: container limits; `user`: who runs the steps (owner of the repo in the image);
         `log_cap_chars`: test output kept in the log (head 1/4 + tail 3/4); `max_parallel`:
         threads of the grader's own pool (blocking Docker calls stay off the event loop and out
         of asyncio's default executor); `max_file_mb`: largest file the patch and the tests
-        may write (`ulimit -f`, as in the sandbox), so a runaway test cannot fill the disk."""
+        may write (`ulimit -f`, as in the sandbox), so a runaway test cannot fill the disk;
+        `config`: what is protected from the model patch (default `GradingConfig()`)."""
+        self.config = config or GradingConfig()
         self.run_id, self.timeout_s = run_id, timeout_s
         self.max_file_mb = max_file_mb
         self.mem_limit, self.pids_limit, self.cpus, self.user = mem_limit, pids_limit, cpus, user
@@ -350,7 +415,8 @@ class DockerGrader(Grader):
         )
         try:
             container.start()
-            return _Session(container, task, deadline, self.log_cap_chars).run(model_patch)
+            session = _Session(container, task, deadline, self.log_cap_chars, self.config)
+            return session.run(model_patch)
         finally:
             _remove(container)
 

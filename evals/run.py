@@ -63,7 +63,7 @@ async def _eval(cfg, args, tasks: list[Task], out: Path, run_id: str) -> None:
     done = {(r["task_id"], r["attempt"]) for r in read_jsonl(episodes)}
     todo = [(t, a) for t in tasks for a in range(args.k) if (t.instance_id, a) not in done]
     log.info("%d episodes to run (%d already done)", len(todo), len(done))
-    grader = DockerGrader(run_id)
+    grader = DockerGrader(run_id, config=cfg.envs.grading)
     policy = await _policy(cfg, args, run_id)
     limit = asyncio.Semaphore(cfg.orchestrator.max_concurrent_episodes)
     progress = _Progress(len(todo))

@@ -159,7 +159,7 @@ async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, sta
     farm = DockerFarm(run_id, cfg.envs)
     stack.push_async_callback(farm.close)
     await farm.start()  # reaps containers of dead runs first
-    grader = DockerGrader(run_id)
+    grader = DockerGrader(run_id, config=cfg.envs.grading)
     stack.callback(grader.close, abandon=True)  # shutdown never waits for queued grades
     ctx = RolloutContext(farm=farm, grader=grader, model=fleet, tokenizer=tokenizer,
                          agent=agent)

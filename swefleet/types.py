@@ -174,6 +174,10 @@ class GradeResult(BaseModel):
     log: str = ""
     """Test log (capped), stored so the run can be re-graded."""
     duration_s: float = 0.0
+    dropped_paths: list[str] = Field(default_factory=list)
+    """Files of the model patch that were not graded because they change protected test
+    infrastructure (`conftest.py`, pytest's config, `*.pth`, ...: `envs.config.GradingConfig`);
+    empty in records written before this field existed."""
 
 
 Trajectory.model_rebuild()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.config import GradingConfig
 from envs.gradelog import regrade_from_log
 from envs.grading import DockerGrader, grade_many
 from envs.tasks import load_tasks, prepare_task_images, resolve_source_dir, source_patch_of
@@ -35,8 +36,8 @@ def containers_of_run() -> list[str]:
     return out.stdout.split()
 
 
-@pytest.fixture(scope="module")
-def tasks() -> list[Task]:
+def bundled_tasks() -> list[Task]:
+    """The quickstart tasks with their images built (skips without Docker or base image)."""
     import docker.errors
 
     from envs.images import DEFAULT_BASE_IMAGE, image_exists
@@ -46,7 +47,12 @@ def tasks() -> list[Task]:
             pytest.skip(f"base image {DEFAULT_BASE_IMAGE} not built (envs.images)")
     except docker.errors.DockerException as e:  # no daemon
         pytest.skip(f"Docker is not available: {e}")
-    loaded = prepare_task_images(load_tasks(TASKS_FILE), TASKS_FILE)
+    return prepare_task_images(load_tasks(TASKS_FILE), TASKS_FILE)
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[Task]:
+    loaded = bundled_tasks()
     yield loaded
     assert containers_of_run() == [], "grading left containers behind"
 
@@ -149,10 +155,12 @@ def test_hanging_suite_times_out(tasks):
     assert_regrade_equal(task, r)
 
 
-def test_broken_collection_is_suite_did_not_run(tasks, grader):
+def test_broken_collection_is_suite_did_not_run(tasks):
+    """(A model patch's conftest.py is dropped by default: test_envs_grading_protect.py.)"""
     task = slug_task(tasks)
     conftest = new_file_patch("conftest.py", 'raise RuntimeError("no tests today")\n')
-    r = grader.grade_sync(task, task.patch + conftest)
+    unprotected = GradingConfig(protected_paths=(), protected_pytest_config=())
+    r = DockerGrader(RUN_ID, timeout_s=60, config=unprotected).grade_sync(task, task.patch + conftest)
     assert r.status == GradeStatus.error and r.reason.startswith("suite did not run"), r.log
     assert r.tests == {}
     assert_regrade_equal(task, r)

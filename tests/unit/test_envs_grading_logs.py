@@ -364,3 +364,49 @@ def test_read_predictions_invalid_utf8_names_the_file_and_line(tmp_path):
                     b'"model_patch": "caf\xe9"}\n')
     with pytest.raises(ValueError, match=r"p\.jsonl: line 2: invalid UTF-8 \(byte 0xe9\)"):
         sio.read_predictions(bad)
+
+
+def test_parametrized_ids_with_spaces_are_read_whole():
+    """pytest ids like `test_x[a b]`: swebench's parser keeps `test_x[a` (SWE-bench's own lists
+    hold that key, so it stays); a task whose lists hold the whole id is graded too."""
+    whole = ["tests/test_a.py::test_x[a b]", "tests/test_a.py::test_y[c - d]"]
+    out = (
+        "============ short test summary info ============\n"
+        f"PASSED {whole[0]}\nFAILED {whole[1]} - AssertionError: assert [1] == [2]\n"
+    )
+    t = task(FAIL_TO_PASS=whole, PASS_TO_PASS=[])
+    r = g.regrade_from_log(t, make_log(out, 1))
+    assert r.tests[whole[0]] == "PASSED" and r.tests[whole[1]] == "FAILED"
+    assert r.tests["tests/test_a.py::test_x[a"] == "PASSED"  # swebench's key stays
+    assert r.fail_to_pass == {"success": [whole[0]], "failure": [whole[1]]}
+    fixed = out.replace(f"FAILED {whole[1]} - AssertionError: assert [1] == [2]", f"PASSED {whole[1]}")
+    assert g.regrade_from_log(t, make_log(fixed, 0)).status == GradeStatus.resolved
+
+
+def test_test_paths_with_spaces_and_quotes_are_read_whole():
+    """`git diff` ends a name with a space by a tab and C-quotes a non-ASCII one."""
+    test_patch = (
+        "diff --git a/tests/test a.py b/tests/test a.py\n--- a/tests/test a.py\t\n"
+        "+++ b/tests/test a.py\t\n@@ -1 +1 @@\n-x\n+y\n"
+        'diff --git "a/tests/test_\\303\\251.py" "b/tests/test_\\303\\251.py"\n'
+        'new file mode 100644\n--- /dev/null\n+++ "b/tests/test_\\303\\251.py"\n@@ -0,0 +1 @@\n+z\n'
+    )
+    assert g.test_files_of(task(test_patch=test_patch)) == ["tests/test a.py", "tests/test_é.py"]
+    assert g.patch_paths(test_patch) == ["tests/test a.py", "tests/test_é.py"]
+
+
+def test_dropped_protected_paths_are_read_back_from_the_log():
+    ok = summary(fixed="PASSED", param="PASSED", old="PASSED", skippy="PASSED")
+    log = make_log(ok, 0).replace('"timed_out": false}', '"timed_out": false, "dropped": ["conftest.py"]}')
+    r = g.regrade_from_log(task(), log)
+    assert r.status == GradeStatus.resolved and r.dropped_paths == ["conftest.py"]
+    assert g.regrade_from_log(task(), make_log(ok, 0)).dropped_paths == []
+    hidden = log.rpartition(g.VERDICT)[0] + g.VERDICT + '{"phase": "protected", "paths": ["a.pth"]}\n'
+    r = g.regrade_from_log(task(), hidden)
+    assert r.status == GradeStatus.error and r.reason.startswith("patch did not apply")
+    assert "a.pth" in r.reason and g.reward_of(r) == 0.0
+
+
+def test_old_grade_records_still_load():
+    old = {"instance_id": "x", "status": "resolved", "log": "", "duration_s": 1.0}
+    assert GradeResult.model_validate(old).dropped_paths == []

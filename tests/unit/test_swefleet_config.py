@@ -47,3 +47,14 @@ def test_overrides_reach_the_typed_config(tmp_path):
                              "agent.max_steps=2"])
     assert cfg.orchestrator.steps == 3 and cfg.orchestrator.sinks.tensorboard is True
     assert cfg.agent.max_steps == 2 and cfg.name == "x"
+
+
+def test_grading_protection_is_configured_under_envs_grading(tmp_path):
+    """`[envs.grading]` reaches the graders of `swefleet rl` and `swefleet eval`
+    (`DockerGrader(config=cfg.envs.grading)`); protection is on by default."""
+    path = tmp_path / "c.toml"
+    path.write_text('[envs.grading]\nprotected_paths = ["tests/fixtures/*"]\n')
+    cfg = load_config(path)
+    assert cfg.envs.grading.protected_paths == ("tests/fixtures/*",)
+    assert load_config(path, ["envs.grading.protected_paths=[]"]).envs.grading.protected_paths == ()
+    assert "conftest.py" in type(cfg.envs.grading)().protected_paths

@@ -1,0 +1,162 @@
+"""Protected test infrastructure: reading a diff's files, dropping protected ones, pytest sections."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from envs.config import FarmConfig, GradingConfig
+from envs.patchfiles import split_patch
+from envs.protect import drop_protected, matches, pytest_section
+
+pytestmark = pytest.mark.unit
+
+GLOBS = GradingConfig().protected_paths
+
+
+def new_file(path: str, text: str = "x\n") -> str:
+    lines = text.splitlines(True)
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n" + "".join("+" + ln for ln in lines)
+    )
+
+
+SRC = (
+    "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n"
+    "@@ -1,2 +1,2 @@\n-    return 1\n+    return 2\n ok\n"
+)
+
+
+@pytest.mark.parametrize(
+    "path, protected",
+    [
+        ("conftest.py", True),
+        ("tests/deep/conftest.py", True),
+        ("./sub//conftest.py", True),
+        ("pytest.ini", True),
+        ("src/site.pth", True),
+        ("sitecustomize.py", True),
+        ("pkg.egg-info/entry_points.txt", True),
+        ("src/pkg.egg-info/entry_points.txt", True),
+        ("pkg/conftest_helpers.py", False),
+        ("pkg/mod.py", False),
+        ("setup.cfg", False),  # section-level (protected_pytest_config), not whole-file
+    ],
+)
+def test_default_globs(path, protected):
+    assert matches(path, GLOBS) is protected
+
+
+def test_split_keeps_text_and_reads_names_git_writes():
+    """Names as real `git diff` writes them: a space (with git's trailing tab), quoting,
+    a rename; and a removed `-- x` line that looks like a header."""
+    patch = (
+        "preamble\n"
+        + SRC
+        + "diff --git a/sub dir/test a.py b/sub dir/test a.py\n--- a/sub dir/test a.py\t\n"
+        "+++ b/sub dir/test a.py\t\n@@ -1 +1 @@\n--- sql comment\n+++ plus plus\n"
+        + 'diff --git "a/t\\303\\251/conftest.py" "b/t\\303\\251/conftest.py"\n'
+        '--- "a/t\\303\\251/conftest.py"\n+++ "b/t\\303\\251/conftest.py"\n@@ -1 +1 @@\n-a\n+b\n'
+        "diff --git a/old.py b/new.py\nsimilarity index 100%\nrename from old.py\nrename to new.py\n"
+    )
+    files = split_patch(patch)
+    assert "".join(f.text for f in files) == patch
+    assert [f.paths for f in files] == [
+        [],
+        ["pkg/mod.py"],
+        ["sub dir/test a.py"],
+        ["té/conftest.py"],
+        ["old.py", "new.py"],
+    ]
+
+
+def test_drop_protected_keeps_the_source_edits_and_names_what_it_dropped():
+    hack = new_file("conftest.py", "def pytest_runtest_makereport(item, call): pass\n")
+    patch = SRC + hack + new_file("tests/x.pth", "import os\n") + new_file("pkg/new.py")
+    kept, dropped = drop_protected(patch, GLOBS)
+    assert dropped == ["conftest.py", "tests/x.pth"]
+    assert kept == SRC + new_file("pkg/new.py")
+    assert drop_protected(patch, []) == (patch, [])
+
+
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        # a plain diff (no `diff --git`), read by `git apply` and `patch`
+        "--- a/conftest.py\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+x\n",
+        # GNU `patch` cuts a plain name at the first space: `b/conftest.py`
+        "--- a/conftest.py x\n+++ b/conftest.py x\n@@ -0,0 +1 @@\n+x\n",
+        # a rename onto a protected name; an ambiguous `diff --git` line
+        (
+            "diff --git a/h.py b/conftest.py\nsimilarity index 100%\nrename from h.py\n"
+            "rename to conftest.py\n"
+        ),
+        "diff --git a/a b/conftest.py b/x\nnew file mode 100644\n",
+        # a quoted name
+        'diff --git "a/conftest.py" "b/conftest.py"\nnew file mode 100644\n',
+        # an svn-style `Index:` header
+        "Index: pytest.ini\n===\n--- pytest.ini\n+++ pytest.ini\n@@ -0,0 +1 @@\n+x\n",
+    ],
+)
+def test_every_reading_of_the_headers_is_checked(hidden):
+    kept, dropped = drop_protected(SRC + hidden, GLOBS)
+    assert kept == SRC and dropped, dropped
+
+
+def test_patch_paths_agree_with_git(tmp_path):
+    """What `git apply --numstat` reads from a real `git diff` with odd names."""
+    repo = tmp_path / "r"
+    (repo / "sub dir").mkdir(parents=True)
+    for name in ("sub dir/a b.py", "é.py", 'q"x.py'):
+        (repo / name).write_text("1\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "i"], check=True)
+    for name in ("sub dir/a b.py", "é.py", 'q"x.py'):
+        (repo / name).write_text("2\n")
+    diff = subprocess.run([*git, "diff"], capture_output=True, text=True, check=True).stdout
+    numstat = subprocess.run(
+        [*git, "apply", "--numstat", "-z", "-R", "-"],
+        input=diff,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    by_git = sorted(n.split("\t")[-1] for n in numstat.split("\0") if n)
+    assert sorted(p for f in split_patch(diff) for p in f.paths) == by_git
+
+
+def test_pytest_section_sees_only_pytest_config():
+    base = '[project]\nname = "x"\n[tool.pytest.ini_options]\naddopts = "-q"\n'
+    dep = base.replace('name = "x"', 'name = "x"\ndependencies = ["y"]')
+    plugin = base.replace('"-q"', '"-q -p evil"')
+    dotted = 'tool.pytest.ini_options.addopts = "-p evil"\n[project]\nname = "x"\n'
+    assert pytest_section("pyproject.toml", base) == pytest_section("pyproject.toml", dep)
+    assert pytest_section("pyproject.toml", base) != pytest_section("pyproject.toml", plugin)
+    assert pytest_section("pyproject.toml", dotted) != pytest_section(
+        "pyproject.toml", '[project]\nname = "x"\n'
+    )
+    assert pytest_section("pyproject.toml", base) != pytest_section("pyproject.toml", base + "[")
+    cfg = "[metadata]\nname = x\n[tool:pytest]\naddopts = -q\n"
+    assert pytest_section("setup.cfg", cfg) == pytest_section(
+        "setup.cfg", cfg.replace("name = x", "name = x\nversion = 2")
+    )
+    assert pytest_section("setup.cfg", cfg) != pytest_section(
+        "setup.cfg",
+        cfg + "  -p evil\n",  # a continuation line of addopts
+    )
+    assert pytest_section("tox.ini", "[tox]\n") != pytest_section("tox.ini", "[pytest]\n")
+    assert pytest_section("setup.cfg", None) != pytest_section("setup.cfg", "[tool:pytest]\n")
+    assert pytest_section("setup.cfg", None) == pytest_section("setup.cfg", "[metadata]\n")
+    assert pytest_section("pyproject.toml", None) == pytest_section("pyproject.toml", "[x]\n")
+
+
+def test_grading_config_is_typed_and_in_the_env_config():
+    assert FarmConfig().grading == GradingConfig()
+    off = FarmConfig.model_validate({"grading": {"protected_paths": []}})
+    assert off.grading.protected_paths == () and off.grading.protected_pytest_config
+    with pytest.raises(ValueError):
+        GradingConfig.model_validate({"protected": ["x"]})
