@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestrator.advantages import batch_samples
 from orchestrator.config import OrchestratorConfig
-from orchestrator.metrics import cost_metrics, rollout_metrics
+from orchestrator.metrics import cost_metrics, rollout_metrics, rollouts_dropped
 from orchestrator.resume import ResumePoint
 from orchestrator.rollout import RolloutFn, RolloutHandle
 from swefleet.batch import pack_samples, write_batch
@@ -66,7 +66,8 @@ class RLLoop:
         self.extra_metrics = extra_metrics or (dict)
         """Namespaced scalars from other components (fleet, trainer), merged into each step."""
         self.resume = resume or ResumePoint()
-        self.state = LoopState(served_version=self.resume.version)
+        self.state = LoopState(served_version=self.resume.version,
+                               drops=dict(self.resume.drops))
         self.ready: asyncio.Queue[list[Trajectory]] = asyncio.Queue()
         max_groups = (cfg.async_level + 1) * cfg.groups_per_step
         self.group_slots = asyncio.Semaphore(max_groups)
@@ -78,7 +79,7 @@ class RLLoop:
         self.failed: asyncio.Future | None = None
         """Set (by `run`) to the error of a group whose rollout raised: fails the run."""
         self.last_weight_sync_s = 0.0
-        self._dropped_before = 0
+        self._dropped_before = self.resume.dropped_before
 
     # ---------------------------------------------------------------- producer
     async def _produce(self) -> None:
@@ -146,7 +147,7 @@ class RLLoop:
                 h = by_run[r]
                 h.drop_reason = EpisodeStatus.cancelled
                 h.drop_note = f"straggler cut after {now - h.started_at:.1f}s"
-                self._count_drop("straggler")
+                self._count_drop("straggler", [h.episode_id])
                 r.cancel()
 
     async def _run_episode(self, task: Task, group_id: str,
@@ -208,7 +209,7 @@ class RLLoop:
         for eid, handle in list(self.state.in_flight.items()):
             if handle.start_version < limit and handle.drop_reason is None:
                 handle.drop_reason = EpisodeStatus.dropped_stale
-                self._count_drop("stale_in_flight")
+                self._count_drop("stale_in_flight", [eid])
                 self.state.tasks[eid].cancel()
 
     async def _wait_version(self, version: int, timeout_s: float | None) -> None:
@@ -225,8 +226,13 @@ class RLLoop:
                 f"the trainer published no policy v{version} within weights_timeout_s="
                 f"{self.cfg.weights_timeout_s:g}s (see logs/trainer.log)") from None
 
-    def _count_drop(self, reason: str, n: int = 1) -> None:
+    def _count_drop(self, reason: str, episode_ids: list[str], n: int | None = None) -> None:
+        """Count `n` drops (default: one per episode) and record them in the run dir with the
+        episodes they settle: a resumed run starts from these counts and never counts (or
+        batches) those episodes again."""
+        n = len(episode_ids) if n is None else n
         self.state.drops[reason] = self.state.drops.get(reason, 0) + n
+        append_jsonl(self.run_dir.drops, {"reason": reason, "n": n, "episode_ids": episode_ids})
 
     # ---------------------------------------------------------------- steps
     async def _collect(self, step: int) -> tuple[list[list[Trajectory]], float]:
@@ -239,9 +245,11 @@ class RLLoop:
             else:
                 group = await self.ready.get()
                 self.group_slots.release()
-            fresh = [t for t in group if not self._is_stale(t, step)]
-            if len(fresh) < len(group):
-                self._count_drop("stale_in_queue", len(group) - len(fresh))
+            stale = [self._is_stale(t, step) for t in group]
+            fresh = [t for t, old in zip(group, stale) if not old]
+            if any(stale):
+                self._count_drop("stale_in_queue",
+                                 [t.episode_id for t, old in zip(group, stale) if old])
             if fresh:
                 groups.append(fresh)
         return groups, time.monotonic() - t0
@@ -284,7 +292,7 @@ class RLLoop:
             samples = batch_samples(groups, self.cfg.drop_zero_variance_groups)
             if not samples:  # nothing trainable: not handed to the trainer, the step is re-cut
                 empty_in_a_row += 1
-                self._count_drop("empty_batch")
+                self._count_drop("empty_batch", [t.episode_id for t in trajs], n=1)
                 if empty_in_a_row >= self.cfg.max_empty_batches:
                     raise RunAborted(
                         f"{empty_in_a_row} batches in a row had no trainable sample: every "
@@ -328,7 +336,7 @@ class RLLoop:
     def _drop_rate(self, consumed: int) -> dict:
         """Rollouts dropped since the previous step (stale, straggler; not empty batches) over
         those dropped plus those consumed by this step's batch."""
-        dropped_total = sum(n for k, n in self.state.drops.items() if k != "empty_batch")
+        dropped_total = rollouts_dropped(self.state.drops)
         dropped = dropped_total - self._dropped_before
         self._dropped_before = dropped_total
         return {"drops/step": dropped,

@@ -18,6 +18,12 @@ def percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def rollouts_dropped(drops: dict[str, int]) -> int:
+    """Rollouts dropped in all (stale, straggler) from the loop's drop counters; an empty batch
+    is a dropped step, not a dropped rollout."""
+    return sum(n for reason, n in drops.items() if reason != "empty_batch")
+
+
 def rollout_metrics(trajs: list[Trajectory], trained_version: int) -> dict:
     """Metrics of the episodes that went into one batch."""
     statuses = Counter(t.status.value for t in trajs)

@@ -3,7 +3,9 @@ finished trajectories that no batch has used yet (none is lost, none is trained 
 
 Files are the source of truth, and each is written atomically: `batches/step_N.npz` (its meta
 lists the episode ids it holds), `weights/vN/` (renamed into place), `episodes.jsonl` (appended
-and fsynced per episode; a torn last line is skipped).
+and fsynced per episode; a torn last line is skipped), `drops.jsonl` (one line per drop, naming
+the episodes it settled: the drop counters continue from it and those episodes are neither
+counted nor batched again).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from orchestrator.advantages import is_scored
+from orchestrator.metrics import rollouts_dropped
 from swefleet.batch import read_batch
 from swefleet.rundir import RunDir, read_jsonl
 from swefleet.types import Trajectory
@@ -24,7 +27,11 @@ class ResumePoint:
     version: int = 0
     """Latest policy version published by the trainer (served after the restart)."""
     pending: list[list[Trajectory]] = field(default_factory=list)
-    """Finished groups not in any written batch, oldest first."""
+    """Finished groups not in any written batch nor settled by a drop, oldest first."""
+    drops: dict[str, int] = field(default_factory=dict)
+    """Drop counters so far, by reason (`drops.jsonl`)."""
+    dropped_before: int = 0
+    """Rollouts dropped as of the last step record (the next step's drops/step counts from it)."""
 
     @property
     def fresh(self) -> bool:
@@ -45,10 +52,27 @@ def find_resume_point(run_dir: RunDir) -> ResumePoint:
     for i in range(steps):
         _, meta = read_batch(run_dir.batch_path(i))
         consumed.update(meta.get("episode_ids", []))
+    at_last_step = _drops_as_of(run_dir, steps)
+    drops: dict[str, int] = defaultdict(int)
+    for record in read_jsonl(run_dir.drops):
+        drops[record["reason"]] += record["n"]
+        consumed.update(record["episode_ids"])
+    if not run_dir.drops.exists():  # a run dir written before drops.jsonl existed
+        drops.update(at_last_step)
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for record in read_jsonl(run_dir.episodes):
         traj = Trajectory.model_validate(record)
         if traj.episode_id not in consumed:
             groups[traj.group_id or traj.episode_id].append(traj)
     pending = [g for g in groups.values() if any(is_scored(t) for t in g)]
-    return ResumePoint(step=steps, version=version, pending=pending)
+    return ResumePoint(step=steps, version=version, pending=pending, drops=dict(drops),
+                       dropped_before=rollouts_dropped(at_last_step))
+
+
+def _drops_as_of(run_dir: RunDir, steps: int) -> dict[str, int]:
+    """The drop counters of the last step record written before the restart."""
+    records = [r for r in read_jsonl(run_dir.metrics) if r.get("step", steps) < steps]
+    if not records:
+        return {}
+    return {k.split("/", 1)[1]: v for k, v in records[-1].items()
+            if k.startswith("drops/") and k != "drops/step"}

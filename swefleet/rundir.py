@@ -7,6 +7,7 @@
   metrics.jsonl          one record per step (namespaced keys)
   trainer_metrics.jsonl  one record per optimizer step, written by the trainer process
   weights.jsonl          one record per policy version served: version, served_at_s, sync_s
+  drops.jsonl            one record per drop: reason, n, episode_ids (counters survive a resume)
   batches/step_NNNNNN.npz   hand-off to the trainer (atomic)
   weights/vNNNNNN/       HF checkpoints published by the trainer (atomic)
   model/                 the initial checkpoint when the project creates it
@@ -21,6 +22,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -41,6 +43,10 @@ class RunDir:
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
+
+    @property
+    def drops(self) -> Path:
+        return self.root / "drops.jsonl"
 
     @property
     def trainer_metrics(self) -> Path:
@@ -105,6 +111,33 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Replace `path` with `text` so that a reader (or a crash, or a power loss) sees the old
+    file or the new one, whole: a temp file beside it is written and fsynced, renamed over it,
+    then the directory is fsynced so the rename itself is durable (POSIX). On an error the old
+    file is untouched, the temp file removed, and the error raised."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as usual
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the renames and creations in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

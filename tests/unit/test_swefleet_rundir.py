@@ -27,3 +27,40 @@ def test_a_utf8_character_cut_by_a_crash_is_skipped_not_fatal(tmp_path):
     assert read_jsonl(path) == [{"reason": "héllo"}]
     append_jsonl(path, {"reason": "ok"})
     assert read_jsonl(path) == [{"reason": "héllo"}, {"reason": "ok"}]
+
+
+def _entries(directory):
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_write_json_atomic_replaces_the_content_and_leaves_no_temp_file(tmp_path):
+    from swefleet.rundir import write_json_atomic
+
+    path = tmp_path / "summary.json"
+    write_json_atomic(path, {"a": 1})
+    write_json_atomic(path, {"a": 2, "b": "é"})
+    assert json.loads(path.read_text()) == {"a": 2, "b": "é"}
+    assert _entries(tmp_path) == ["summary.json"]
+
+
+@pytest.mark.parametrize("failing", ["fsync", "replace"])
+def test_a_failed_atomic_write_raises_and_keeps_the_old_file(tmp_path, monkeypatch, failing):
+    """fsync is where a full or failing disk reports a write it had accepted: that error must
+    reach the caller, the old file must stay whole, and the temp file must not be left over."""
+    import errno
+    import os
+
+    from swefleet.rundir import write_json_atomic
+
+    path = tmp_path / "config.json"
+    write_json_atomic(path, {"version": "old"})
+
+    def broken(*args, **kwargs):
+        raise OSError(errno.EIO, f"{failing}: input/output error")
+
+    monkeypatch.setattr(os, failing, broken)
+    with pytest.raises(OSError, match="input/output error"):
+        write_json_atomic(path, {"version": "new"})
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"version": "old"}
+    assert _entries(tmp_path) == ["config.json"]
