@@ -113,8 +113,9 @@ class InferenceConfig(BaseModel):
     stop_token_ids: list[int] = Field(default_factory=list)
     """Token ids that end a completion besides the model's EOS ids."""
     model_name: str = ""
-    """`model` field sent with each request (needed by vLLM servers serving several models);
-    empty sends none."""
+    """`model` field sent with each request; empty sends none (the server's own model). The
+    embedded servers this project starts serve exactly this name (`--served-model-name`); a
+    server that does not serve it answers 404 and the request fails (`server_error`)."""
     max_connections: int = Field(1024, ge=1)
     """Most open HTTP connections of the client over all servers and pools."""
     server_api: Literal["swefleet", "vllm"] = "swefleet"

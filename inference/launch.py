@@ -173,8 +173,10 @@ def start_embedded_server(
     kv_mode: str = "auto",
     kv_capacity: int = 0,
     cuda_graphs: bool = True,
+    served_model_name: str = "",
 ) -> ServerHandle:
-    """Start `python -m inference.engine.server` on `model_dir` and wait until it is healthy."""
+    """Start `python -m inference.engine.server` on `model_dir` and wait until it is healthy;
+    it serves `served_model_name` (empty: the directory's name) and 404s any other `model`."""
     argv = [
         sys.executable,
         "-m",
@@ -202,6 +204,7 @@ def start_embedded_server(
         "--kv-capacity",
         str(kv_capacity),
         *([] if cuda_graphs else ["--no-cuda-graphs"]),
+        *(["--served-model-name", served_model_name] if served_model_name else []),
     ]
     return start_server(argv, host=host, log_path=log_path, startup_timeout_s=startup_timeout_s)
 
@@ -209,7 +212,8 @@ def start_embedded_server(
 def start_configured_server(
     model_dir: str | Path, config: InferenceConfig, log_path: str | Path | None, index: int = 0
 ) -> ServerHandle:
-    """The `index`-th embedded server with every engine setting taken from `config`."""
+    """The `index`-th embedded server with every engine setting taken from `config`; it serves
+    `config.model_name`, the name the fleet client sends."""
     return start_embedded_server(
         model_dir,
         config.port + index if config.port else 0,
@@ -224,6 +228,7 @@ def start_configured_server(
         kv_mode=config.kv_mode,
         kv_capacity=config.kv_capacity,
         cuda_graphs=config.cuda_graphs,
+        served_model_name=config.model_name,
     )
 
 

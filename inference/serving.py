@@ -6,7 +6,6 @@ written atomically to `--port-file`, which `inference.launch` waits for before p
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    Path(tmp).write_text(text)
-    os.replace(tmp, path)
+    """Write `text` to `path` whole or not at all (fsynced temp file, rename, fsynced dir)."""
+    from swefleet.rundir import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 def serve(app: Any, host: str, port: int, port_file: str = "") -> None:

@@ -7,6 +7,11 @@ Endpoints: POST /v1/completions (vLLM-shaped, `stream: true` too, see `inference
 POST /tokenize, GET /health (policy_version), GET /metrics (Prometheus text),
 POST /update_weights {"path", "version", "abort_in_flight"}.
 
+Model names, as vLLM: the server serves the names /v1/models lists (`--served-model-name`, one
+or more; default: the checkpoint directory's name), answers with the first, and refuses any
+other `model` of /v1/completions and /tokenize with 404 NotFoundError; no `model` (or "") is
+the served model.
+
 The model runs on the engine's own thread; handlers only wait on futures, so the event loop
 stays free. A client that disconnects (e.g. its deadline passed) cancels its sequence, streamed
 or not.
@@ -50,14 +55,18 @@ DISCONNECT_POLL_S = 0.25
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, kind: str = "", param: str | None = None):
         super().__init__(message)
         self.status = status
+        self.kind = kind
+        self.param = param
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    kind = "BadRequestError" if status < 500 else "ServiceUnavailableError"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status)
+def _error(status: int, message: str, kind: str = "", param: str | None = None) -> JSONResponse:
+    kind = kind or ("BadRequestError" if status < 500 else "ServiceUnavailableError")
+    named = {} if param is None else {"param": param}  # the request field at fault
+    return JSONResponse({"error": {"message": message, "type": kind, **named, "code": status}},
+                        status)
 
 
 async def _settled(fut: asyncio.Future, request: Request, engine: Engine, seq_id: str) -> Any:
@@ -94,11 +103,18 @@ def _future_callback(fut: asyncio.Future) -> Any:
 class Handlers:
     """Request handling that needs the loaded model (tokenizer) and the engine."""
 
-    def __init__(self, loaded: LoadedModel, engine: Engine, served_name: str) -> None:
+    def __init__(self, loaded: LoadedModel, engine: Engine, served_names: list[str]) -> None:
         self.loaded = loaded
         self.engine = engine
-        self.name = served_name
+        self.names = served_names
+        self.name = served_names[0]
+        """The name answers carry (vLLM: the first served name)."""
         self.update_lock = asyncio.Lock()
+
+    def check_model(self, model: str | None) -> None:
+        """vLLM's check: no model is the served one; an unknown one is 404 NotFoundError."""
+        if model and model not in self.names:
+            raise HTTPError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
     def prompt_ids(self, body: CompletionRequest) -> list[int]:
         prompt = body.prompt
@@ -126,6 +142,7 @@ class Handlers:
         )
 
     async def complete(self, body: CompletionRequest, request: Request) -> CompletionResponse:
+        self.check_model(body.model)
         prompt_ids, params = self.prompt_ids(body), self.params(body)
         fut = asyncio.get_running_loop().create_future()
         try:
@@ -142,6 +159,7 @@ class Handlers:
     def stream(self, body: CompletionRequest) -> EngineStreamResponse:
         """Submit with a per-token callback and answer Server-Sent Events; errors before the
         first byte (bad request, queue full) are plain HTTP errors as without streaming."""
+        self.check_model(body.model)
         prompt_ids, params = self.prompt_ids(body), self.params(body)
         stream = TokenStream(asyncio.get_running_loop())
         try:
@@ -243,14 +261,19 @@ class Handlers:
             )
 
 
-def create_app(loaded: LoadedModel, engine: Engine, served_name: str = "") -> FastAPI:
-    """The FastAPI app; the caller owns the engine (started before, shut down after)."""
-    h = Handlers(loaded, engine, served_name or loaded.name)
+def create_app(
+    loaded: LoadedModel, engine: Engine, served_names: str | list[str] = ""
+) -> FastAPI:
+    """The FastAPI app; the caller owns the engine (started before, shut down after).
+    `served_names`: the model name(s) served (empty: the checkpoint directory's name)."""
+    names = [served_names] if isinstance(served_names, str) else list(served_names)
+    names = [n for n in names if n] or [loaded.name]
+    h = Handlers(loaded, engine, names)
     app = FastAPI(title="swefleet embedded engine")
 
     @app.exception_handler(HTTPError)
     async def _http_error(_: Request, exc: HTTPError) -> JSONResponse:
-        return _error(exc.status, str(exc))
+        return _error(exc.status, str(exc), exc.kind, exc.param)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -278,6 +301,7 @@ def create_app(loaded: LoadedModel, engine: Engine, served_name: str = "") -> Fa
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> TokenizeResponse:
+        h.check_model(body.model)
         if loaded.tokenizer is None:
             raise HTTPError(400, "model has no tokenizer")
         ids = loaded.tokenizer(body.prompt, add_special_tokens=body.add_special_tokens)["input_ids"]
@@ -285,13 +309,12 @@ def create_app(loaded: LoadedModel, engine: Engine, served_name: str = "") -> Fa
 
     @app.get("/v1/models")
     async def models() -> dict:
-        card = {
-            "id": h.name,
-            "object": "model",
-            "owned_by": "swefleet",
-            "max_model_len": loaded.max_model_len,
-        }
-        return {"object": "list", "data": [card]}
+        cards = [
+            {"id": name, "object": "model", "owned_by": "swefleet",
+             "max_model_len": loaded.max_model_len}
+            for name in h.names
+        ]
+        return {"object": "list", "data": cards}
 
     return app
 
@@ -334,7 +357,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="MoE models: do not return routed experts (returned by default, vLLM's format)",
     )
-    p.add_argument("--served-model-name", default="")
+    p.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=[],
+        help="model name(s) served (as vLLM); default: the checkpoint directory's name",
+    )
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 

@@ -1,0 +1,31 @@
+"""The port file a server announces its port in is written atomically: whole or not at all."""
+
+import errno
+import os
+
+import pytest
+
+from inference.serving import write_atomic
+
+pytestmark = pytest.mark.unit
+
+
+def test_port_file_holds_the_port_and_no_temp_file_is_left(tmp_path):
+    write_atomic(tmp_path / "port", "8000")
+    write_atomic(tmp_path / "port", "41234")
+    assert (tmp_path / "port").read_text() == "41234"
+    assert [p.name for p in tmp_path.iterdir()] == ["port"]
+
+
+def test_a_failed_write_raises_and_keeps_the_old_port_file(tmp_path, monkeypatch):
+    write_atomic(tmp_path / "port", "8000")
+
+    def broken(fd):
+        raise OSError(errno.ENOSPC, "no space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken)
+    with pytest.raises(OSError, match="no space left"):
+        write_atomic(tmp_path / "port", "41234")
+    monkeypatch.undo()
+    assert (tmp_path / "port").read_text() == "8000"
+    assert [p.name for p in tmp_path.iterdir()] == ["port"]
