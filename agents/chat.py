@@ -50,7 +50,15 @@ class ChatML:
 
     def completion_text(self, completion_ids: list[int]) -> str:
         """Decoded reply without its trailing stop token (what the scaffold parses)."""
+        return self.tok.decode(self._reply_ids(completion_ids))
+
+    def completion_is_utf8(self, completion_ids: list[int]) -> bool:
+        """Whether the reply (stop token removed) is valid UTF-8; when it is not, its text shows
+        U+FFFD where the model produced bytes that decode to nothing."""
+        return self.tok.is_valid_utf8(self._reply_ids(completion_ids))
+
+    def _reply_ids(self, completion_ids: list[int]) -> list[int]:
         ids = list(completion_ids)
         if ids and ids[-1] in (self.tok.im_end_id, self.tok.eos_id):
             ids.pop()
-        return self.tok.decode(ids)
+        return ids

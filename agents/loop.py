@@ -39,6 +39,11 @@ _CANCEL_STATUS = {
 }
 """RequestCancelled reason -> episode status; any other reason is an infra_error."""
 
+UNDECODABLE = "the reply contains bytes that are not valid UTF-8"
+"""Format error of a reply whose token ids are not valid UTF-8. Judged on the ids, not the text:
+a U+FFFD the model wrote (e.g. copied from a file or from output the sandbox decoded with
+replacement) is an ordinary character and reaches the sandbox intact."""
+
 
 class _End(Exception):
     """Internal control flow: the episode ends with `status`."""
@@ -212,6 +217,8 @@ class _Episode:
         """Parse the reply, carry out its action, and queue the observation delta."""
         text = self.chat.completion_text(turn.completion_ids)
         try:
+            if not self.chat.completion_is_utf8(turn.completion_ids):
+                raise FormatError(UNDECODABLE)
             action = self.scaffold.parse_action(text, turn.finish_reason)
         except FormatError as error:
             self.format_error(turn, error)

@@ -68,7 +68,9 @@ class Scaffold(Protocol):
     def instance_prompt(self, task: Task) -> str: ...
 
     def parse_action(self, text: str, finish_reason: str) -> Action:
-        """Parse the decoded reply (end token removed); raise `FormatError` when malformed."""
+        """Parse the decoded reply (end token removed); raise `FormatError` when malformed.
+        The loop has already rejected replies whose ids are not valid UTF-8, so a U+FFFD in
+        `text` is a character the model wrote and is kept like any other."""
         ...
 
     async def execute(self, action: Action, sandbox: Sandbox, timeout_s: float) -> Observation:
@@ -95,4 +97,9 @@ class ChatTokenizer(Protocol):
 
     def decode(self, ids: list[int]) -> str:
         """Ids to text; undecodable bytes become U+FFFD (visible)."""
+        ...
+
+    def is_valid_utf8(self, ids: list[int]) -> bool:
+        """Whether the bytes `ids` stand for are valid UTF-8 (a U+FFFD in `decode(ids)` is then
+        one the model wrote, e.g. copied from an observation, not a decoding failure)."""
         ...

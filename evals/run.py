@@ -3,7 +3,9 @@
 Resumable: each finished episode is appended to `DIR/episodes.jsonl`; a restarted eval skips the
 (task, attempt) pairs already there. Policies: `oracle` (gold patch), `empty` (no change),
 `predictions` (the patches of a SWE-bench predictions file, graded here) and `model` (the agent
-against a served checkpoint).
+against a served checkpoint: the embedded engine on `--model DIR`, or `--server URL`, which is
+checked at startup to answer GET /v1/models and to serve `inference.model_name`, else a config
+error, exit code 2, naming the served models: `evals.served`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from evals.report import build_report, report_markdown
+from evals.served import check_served_model
 from swefleet.rundir import append_jsonl, read_jsonl, write_json_atomic
 from swefleet.types import EpisodeStatus, GradeStatus, Task, Trajectory
 
@@ -30,6 +33,8 @@ def run_eval_cli(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config) if args.config else RunConfig()
     cfg.tasks.path, cfg.tasks.split, cfg.tasks.limit = args.tasks, args.split, None
+    if args.agent == "model" and args.server:  # before any task: a wrong name fails at once
+        check_served_model(args.server, cfg.inference.model_name, cfg.inference.connect_timeout_s)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_id = f"eval-{uuid.uuid4().hex[:8]}"

@@ -37,8 +37,6 @@ class BashScaffold:
         return render("bash/instance.j2", task=task)
 
     def parse_action(self, text: str, finish_reason: str) -> Action:
-        if "\ufffd" in text:
-            raise FormatError("the reply contains bytes that are not valid UTF-8")
         blocks = _BLOCK.findall(strip_thinking(text))
         if not blocks:
             raise FormatError("no ```bash block found")

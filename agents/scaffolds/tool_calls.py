@@ -63,8 +63,6 @@ def tool_schemas() -> tuple[dict[str, Any], ...]:
 
 def parse_tool_call(text: str) -> Action:
     """The one tool call in `text` as a validated `Action`; `FormatError` otherwise."""
-    if "\ufffd" in text:
-        raise FormatError("the reply contains bytes that are not valid UTF-8")
     body = _one_call(strip_thinking(text))
     try:
         call = json.loads(body)
