@@ -13,14 +13,17 @@ One random-init Qwen3-shaped model (no download) serves every side in one proces
   run pays one-time costs (graph captures), the second is the reported figure;
 - `engine_dynamic` (with `--with-dynamic`): the engine's transformers-forward path, for reference;
 - `multi_turn` (with `--multi-turn`): prefix reuse across turns. `conversations` episodes run
-  `turns` turns together (static KV cache, one slot per episode); turn k's prompt is turn k-1's
+  `turns` turns together (static KV cache, one slot per episode; `--multi-turn-kv dynamic`: the
+  dynamic cache, finished requests' K/V parked for reuse, with its own workload of 8 turns of
+  +200 tokens and 32 sampled); turn k's prompt is turn k-1's
   prompt + its completion + `user_tokens` new tokens (turn 1: `first_prompt` tokens), `gen`
   tokens sampled per turn (seeded, temperature 1, `ignore_eos`). The same episodes run with the
   prefix cache off, then on. Fields: `off` / `on` each `{wall_s, turn_s (wall s per turn),
-  prompt_tokens, cached_tokens}` (cached = prompt tokens not prefilled again, vLLM's
-  `prefix_cache_hits`), `hit_rate` (on: cached / prompt tokens), `time_saved` (1 - on / off
-  wall time), `speedup` (off / on), `same_tokens` (both runs sampled identical tokens: the
-  cache is exact). `--only-multi-turn` runs just this section.
+  prompt_tokens, cached_tokens, prefill_tokens}` (cached = prompt tokens not prefilled again,
+  vLLM's `prefix_cache_hits`; prefill = prompt - cached, the tokens computed), `hit_rate` (on:
+  cached / prompt tokens), `time_saved` (1 - on / off wall time), `speedup` (off / on wall
+  time), `prefill_ratio` (off / on prefill tokens), `same_tokens` (both runs sampled identical
+  tokens: the cache is exact). `--only-multi-turn` runs just this section.
 
 tokens/s = generated tokens / wall time from first submit (or the `generate` call) to the last
 token, prefill included. The last line printed is one JSON object: `tokens_per_s`,
@@ -48,6 +51,8 @@ PRESETS = {name: QWEN3_SHAPES[name] for name in ("tiny", "qwen3-0.6b")}
 WORKLOADS = {"tiny": (8, 64, 32), "qwen3-0.6b": (64, 512, 256)}
 #: conversations, first prompt, user tokens added per turn, generated per turn, turns
 MULTI_TURN = {"tiny": (8, 1024, 64, 16, 4), "qwen3-0.6b": (64, 2048, 128, 128, 4)}
+#: the same for `--multi-turn-kv dynamic`: agent-like turns (~200 observation tokens, 32 sampled)
+MULTI_TURN_DYNAMIC = {"tiny": (4, 256, 200, 32, 8), "qwen3-0.6b": (64, 2048, 200, 32, 8)}
 
 
 def build_model(preset: str, device: str, dtype: str):
@@ -215,12 +220,14 @@ def run_turns(engine, firsts: list[list[int]], users, gen: int) -> tuple[list, l
     return turn_s, prompts, prompt_tokens
 
 
-def bench_multi_turn(model, preset: str, graphs: bool) -> dict:
+def bench_multi_turn(model, preset: str, graphs: bool, kv_mode: str = "static") -> dict:
     import torch
 
     from inference.engine.core import Engine
 
-    n, first, user, gen, turns = MULTI_TURN[preset]
+    n, first, user, gen, turns = (MULTI_TURN_DYNAMIC if kv_mode == "dynamic" else MULTI_TURN)[
+        preset
+    ]
     vocab = PRESETS[preset]["vocab_size"]
     rng = torch.Generator().manual_seed(1)
     firsts = torch.randint(1, vocab, (n, first), generator=rng).tolist()
@@ -230,7 +237,10 @@ def bench_multi_turn(model, preset: str, graphs: bool) -> dict:
     out: dict = {
         "workload": f"{n} conversations x {turns} turns: first prompt {first}, +{user} user "
         f"tokens per turn, {gen} generated per turn",
+        "kv_mode": kv_mode,
     }
+    with torch.inference_mode():  # warm-up (allocator, kernels): else the first run pays it
+        model(input_ids=torch.tensor(firsts[:1], device=next(model.parameters()).device))
     finals = {}
     for name, on in (("off", False), ("on", True)):
         engine = Engine(
@@ -238,7 +248,7 @@ def bench_multi_turn(model, preset: str, graphs: bool) -> dict:
             frozenset(),
             max_model_len=first + (turns - 1) * (gen + user) + gen,
             max_batch_size=n,
-            kv_mode="static",
+            kv_mode=kv_mode,
             cuda_graphs=graphs,
             prefix_cache=on,
         )
@@ -253,12 +263,14 @@ def bench_multi_turn(model, preset: str, graphs: bool) -> dict:
             "turn_s": turn_s,
             "prompt_tokens": prompt_tokens,
             "cached_tokens": c.prefix_hits,
+            "prefill_tokens": prompt_tokens - c.prefix_hits,
         }
     on_, off = out["on"], out["off"]
     out.update(
         hit_rate=round(on_["cached_tokens"] / on_["prompt_tokens"], 4),
         time_saved=round(1 - on_["wall_s"] / off["wall_s"], 4),
         speedup=round(off["wall_s"] / on_["wall_s"], 2),
+        prefill_ratio=round(off["prefill_tokens"] / max(on_["prefill_tokens"], 1), 2),
         same_tokens=finals["on"] == finals["off"],
     )
     return out
@@ -278,6 +290,12 @@ def main() -> None:
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--multi-turn", action="store_true", help="also time prefix reuse across turns")
     p.add_argument("--only-multi-turn", action="store_true", help="just the multi-turn section")
+    p.add_argument(
+        "--multi-turn-kv",
+        choices=["static", "dynamic"],
+        default="static",
+        help="KV cache of the multi-turn section (dynamic: its own 8-turn agent-like workload)",
+    )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     args = p.parse_args()
     if args.threads:
@@ -300,7 +318,9 @@ def main() -> None:
     if not args.only_multi_turn:
         bench_generation(model, prompts, gen, args, result)
     if args.multi_turn or args.only_multi_turn:
-        result["multi_turn"] = bench_multi_turn(model, preset, not args.no_graphs)
+        result["multi_turn"] = bench_multi_turn(
+            model, preset, not args.no_graphs, args.multi_turn_kv
+        )
         print(f"multi-turn: {result['multi_turn']}", flush=True)
     print(json.dumps(result))
 

@@ -82,6 +82,10 @@ class InferenceConfig(BaseModel):
     lowered so `max_batch_size` slots fit half the free GPU memory."""
     cuda_graphs: bool = True
     """Replay static-cache decode steps as CUDA graphs (one capture per batch/width bucket)."""
+    prefix_cache_mb: float = Field(1024.0, ge=0)
+    """Dynamic KV cache: most MiB of finished requests' K/V kept parked for reuse by later
+    prompts sharing their prefix (least recently used dropped first); 0 turns prefix reuse off
+    for the dynamic cache. The static cache reuses its free slots instead."""
     startup_timeout_s: float = Field(300.0, gt=0)
     """Deadline for an embedded server to load its model and answer `/health`."""
     request_timeout_s: float = Field(600.0, gt=0)

@@ -174,6 +174,7 @@ def start_embedded_server(
     kv_capacity: int = 0,
     cuda_graphs: bool = True,
     served_model_name: str = "",
+    prefix_cache_mb: float = 1024.0,
 ) -> ServerHandle:
     """Start `python -m inference.engine.server` on `model_dir` and wait until it is healthy;
     it serves `served_model_name` (empty: the directory's name) and 404s any other `model`."""
@@ -205,6 +206,8 @@ def start_embedded_server(
         str(kv_capacity),
         *([] if cuda_graphs else ["--no-cuda-graphs"]),
         *(["--served-model-name", served_model_name] if served_model_name else []),
+        "--prefix-cache-mb",
+        str(prefix_cache_mb),
     ]
     return start_server(argv, host=host, log_path=log_path, startup_timeout_s=startup_timeout_s)
 
@@ -229,6 +232,7 @@ def start_configured_server(
         kv_capacity=config.kv_capacity,
         cuda_graphs=config.cuda_graphs,
         served_model_name=config.model_name,
+        prefix_cache_mb=config.prefix_cache_mb,
     )
 
 

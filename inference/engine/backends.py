@@ -8,8 +8,10 @@
 
 Both keep rows in the order the engine's running list has: `prefill` appends rows (and says how
 many prompt tokens each found cached: `StaticKV` reuses a free slot's K/V of an earlier request
-sharing the prompt's prefix, `prefix.py`), `decode` samples one token per running row, `keep`
-drops rows (and reorders), `invalidate` forgets reusable K/V (new weights).
+sharing the prompt's prefix, `DynamicKV` starts from a parked finished sequence's K/V, both via
+`prefix.py`), `decode` samples one token per running row, `keep` drops rows (and reorders;
+`DynamicKV` parks the dropped rows' K/V, with the engine's per-token payload, the routed experts
+of MoE models), `invalidate` forgets reusable K/V (new weights).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 
 from inference.engine.graphs import StaticDecoder
 from inference.engine.kvbatch import KVBatch
-from inference.engine.prefix import PrefixSlots
+from inference.engine.prefix import Parked, PrefixSlots, PrefixStore
 from inference.engine.sampling import RowParams, Sampled, sample
 from inference.engine.static import StaticCache, bytes_per_token, unsupported_reason
 
@@ -35,16 +37,20 @@ class KVBackend(Protocol):
     max_len: int
     """Most tokens (prompt + generated) one sequence may hold."""
 
-    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[int], list[Any]]:
         """Append one row per prompt; float32 logits [n, vocab] of each prompt's last token,
-        and per prompt how many of its tokens were served from the prefix cache."""
+        per prompt how many of its tokens were served from the prefix cache, and per prompt the
+        payload parked with those tokens (rows [0, cached); None when none was)."""
         ...
 
     def decode(self, last_tokens: list[int], rows: list[RowParams]) -> Sampled:
         """Feed each row its last token; the next token sampled per row with `rows[i]`."""
         ...
 
-    def keep(self, rows: list[int]) -> None: ...
+    def keep(self, rows: list[int], payloads: dict[int, Any] | None = None) -> None:
+        """Keep only `rows` (in this order). `payloads`: per dropped row, data to park with its
+        K/V (one row per cached token) and return with a later hit."""
+        ...
 
     def invalidate(self) -> None:
         """The weights changed: no K/V computed before may be reused by a later request."""
@@ -54,27 +60,45 @@ class KVBackend(Protocol):
 
 
 class DynamicKV:
-    def __init__(self, model: Any, max_len: int) -> None:
+    def __init__(
+        self, model: Any, max_len: int, *, prefix_cache: bool = True, prefix_bytes: int = 1 << 30
+    ) -> None:
         self.model = model
         self.max_len = max_len
         self.device = next(model.parameters()).device
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._batch = KVBatch()
+        self.prefix = PrefixStore(prefix_bytes, prefix_cache)
+        self._tokens: list[list[int]] = []  # per row: the token ids its K/V holds
+        self._epochs: list[int] = []  # per row: the prefix store's epoch at its prefill
 
-    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
-        from transformers import DynamicCache
-
-        logits = []
+    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[int], list[Any]]:
+        logits, hits, extras = [], [], []
         for prompt in prompts:
-            cache = DynamicCache(config=self.model.config)
-            ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+            hit, entry = self.prefix.lookup(prompt)
+            cache = self._start_cache(entry, hit)
+            ids = torch.tensor([prompt[hit:]], dtype=torch.long, device=self.device)
             out = self.model(
                 input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}
             )
             self._batch.add(cache, len(prompt))
+            self._tokens.append(list(prompt))
+            self._epochs.append(self.prefix.epoch)
             logits.append(out.logits[:, -1].float())
-        return torch.cat(logits), [0] * len(prompts)
+            hits.append(hit)
+            extras.append(None if entry is None or entry.extra is None else entry.extra[:hit])
+        return torch.cat(logits), hits, extras
+
+    def _start_cache(self, entry: Parked | None, hit: int) -> Any:
+        """A fresh DynamicCache, holding `entry`'s K/V of its first `hit` tokens if any."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        if entry is not None:
+            for i, (k, v) in enumerate(entry.value):
+                cache.update(k[:, :, :hit], v[:, :, :hit], i)
+        return cache
 
     def decode(self, last_tokens: list[int], rows: list[RowParams]) -> Sampled:
         mask, positions = self._batch.step_inputs()
@@ -87,16 +111,33 @@ class DynamicKV:
             **{self._cache_kw: self._batch.cache},
         )
         self._batch.commit_step(mask)
+        for tokens, token in zip(self._tokens, last_tokens, strict=True):
+            tokens.append(token)
         return sample(out.logits[:, -1].float(), rows)
 
-    def keep(self, rows: list[int]) -> None:
+    def keep(self, rows: list[int], payloads: dict[int, Any] | None = None) -> None:
+        if len(rows) == len(self._tokens):
+            return  # nobody left (as KVBatch.keep)
+        kept = set(rows)
+        for i in range(len(self._tokens)) if self.prefix.enabled else ():
+            if i not in kept and self._epochs[i] == self.prefix.epoch:
+                self._park(i, (payloads or {}).get(i))
         self._batch.keep(rows)
+        self._tokens = [self._tokens[i] for i in rows]
+        self._epochs = [self._epochs[i] for i in rows]
+
+    def _park(self, row: int, extra: Any) -> None:
+        layers = self._batch.row(row)
+        nbytes = sum(k.nbytes + v.nbytes for k, v in layers)
+        self.prefix.park(Parked(self._tokens[row], layers, nbytes, extra), self._epochs[row])
 
     def invalidate(self) -> None:
-        pass  # nothing outlives its request
+        self.prefix.invalidate()
 
     def reset(self) -> None:
         self._batch = KVBatch()
+        self.prefix.reset()
+        self._tokens, self._epochs = [], []
 
 
 class StaticKV:
@@ -129,7 +170,7 @@ class StaticKV:
             start = end
         self._slots += slots
         self._lengths += [len(p) for p in prompts]
-        return torch.cat(logits), hits
+        return torch.cat(logits), hits, [None] * len(prompts)
 
     def _chunk_end(self, prompts: list[list[int]], start: int) -> int:
         """Prompts [start, end) padded to their longest stay within `prefill_tokens`."""
@@ -148,8 +189,8 @@ class StaticKV:
         self._lengths = [n + 1 for n in self._lengths]
         return out
 
-    def keep(self, rows: list[int]) -> None:
-        kept = set(rows)
+    def keep(self, rows: list[int], payloads: dict[int, Any] | None = None) -> None:
+        kept = set(rows)  # payloads: only dense models run here, nothing to park with K/V
         for i, slot in enumerate(self._slots):
             if i not in kept:
                 self.prefix.release(slot)
@@ -194,14 +235,18 @@ def make_backend(
     cuda_graphs: bool = True,
     memory_fraction: float = 0.5,
     prefix_cache: bool = True,
+    prefix_cache_bytes: int = 1 << 30,
 ) -> KVBackend:
-    """`auto`: static on CUDA when the model is supported, else dynamic."""
+    """`auto`: static on CUDA when the model is supported, else dynamic. `prefix_cache_bytes`
+    bounds the K/V the dynamic backend keeps parked for reuse (the static one reuses its slots)."""
     device = next(model.parameters()).device
     reason = unsupported_reason(model)
     if mode == "static" and reason:
         raise ValueError(f"static KV cache not supported: {reason}")
     if mode == "dynamic" or (mode == "auto" and (reason or device.type != "cuda")):
-        return DynamicKV(model, max_model_len)
+        return DynamicKV(
+            model, max_model_len, prefix_cache=prefix_cache, prefix_bytes=prefix_cache_bytes
+        )
     capacity = kv_capacity or auto_capacity(model, max_batch_size, max_model_len, memory_fraction)
     capacity = min(capacity, max_model_len)
     log.info(

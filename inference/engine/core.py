@@ -6,7 +6,8 @@ first token, (3) runs one batched decode step over every running sequence. Finis
 leave the batch at once and new ones join at the next round, so a long request never holds a
 short one back. The KV cache is a backend (`backends.py`): `dynamic` (transformers' forward,
 left-padded batch of per-prompt caches, any model) or `static` (preallocated slots, batched
-prefill, CUDA-graph decode; Llama-family models); `auto` takes static on CUDA when it can.
+prefill, CUDA-graph decode; Llama-family models); `auto` takes static on CUDA when it can. Both
+reuse the K/V of finished requests for later prompts sharing their prefix (`prefix.py`).
 
 All methods except the thread's own are thread-safe; results are delivered by calling each
 request's `on_done` from the generation thread (the server turns that into an asyncio future);
@@ -95,6 +96,8 @@ class _Seq:
     top: list[list[tuple[int, float]]] = field(default_factory=list)
     version_start: int | None = None
     cached_tokens: int = 0
+    routed: Any = None
+    """Routed experts of the finished sequence (MoE models), kept until its row is dropped."""
     on_token: Callable[[int, float, list[tuple[int, float]] | None], None] | None = None
 
 
@@ -137,6 +140,7 @@ class Engine:
         kv_capacity: int = 0,
         cuda_graphs: bool = True,
         prefix_cache: bool = True,
+        prefix_cache_bytes: int = 1 << 30,
         routed_experts: bool = True,
     ) -> None:
         self.model = model
@@ -151,6 +155,7 @@ class Engine:
             kv_capacity=kv_capacity,
             cuda_graphs=cuda_graphs,
             prefix_cache=prefix_cache,
+            prefix_cache_bytes=prefix_cache_bytes,
         )
         self.kv_mode = type(self._kv).__name__
         self.max_model_len = self._kv.max_len
@@ -334,8 +339,10 @@ class Engine:
         for seq in seqs:
             seq.version_start = self.policy_version
         self._routing.start()
-        logits, cached = self._kv.prefill([s.prompt_ids for s in seqs])
-        self._routing.after_prefill([s.id for s in seqs], [len(s.prompt_ids) for s in seqs], cached)
+        logits, cached, routing = self._kv.prefill([s.prompt_ids for s in seqs])
+        self._routing.after_prefill(
+            [s.id for s in seqs], [len(s.prompt_ids) for s in seqs], cached, routing
+        )
         for seq, n in zip(seqs, cached, strict=True):
             seq.cached_tokens = n
             self.counters.prefix_queries += len(seq.prompt_ids)
@@ -356,7 +363,11 @@ class Engine:
         self._keep([i for i in range(len(self._running)) if i not in finished])
 
     def _keep(self, rows: list[int]) -> None:
-        self._kv.keep(rows)
+        routed = {}  # a dropped row parks its routed experts with its K/V (prefix cache)
+        if len(rows) < len(self._running):
+            kept = set(rows)
+            routed = {i: s.routed for i, s in enumerate(self._running) if i not in kept}
+        self._kv.keep(rows, routed)
         self._running = [self._running[i] for i in rows]
 
     def _emit(self, seqs: list[_Seq], out: Sampled) -> set[int]:
@@ -393,6 +404,7 @@ class Engine:
         abort_reason: str | None = None,
     ) -> None:
         self._seqs.pop(seq.id, None)
+        seq.routed = self._routing.pop(seq.id)
         self.counters.finished[reason] += 1
         start = self.policy_version if seq.version_start is None else seq.version_start
         result = GenerationResult(
@@ -406,7 +418,7 @@ class Engine:
             self.policy_version,
             len(seq.prompt_ids),
             seq.cached_tokens,
-            self._routing.pop(seq.id),
+            seq.routed,
         )
         self._call(seq.on_done, result)
 

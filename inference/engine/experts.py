@@ -21,9 +21,10 @@ graph: a backend that replays graphs for an MoE model must record the ids itself
 Prefix cache: tokens whose KV comes from a cache were not forwarded, so their routing must come
 from the cache too. Store `routing(seq_id)[:n]` with the cached KV of the first n tokens and pass
 it back as `cached_routing[i]` to `after_prefill`; the rows then stay those the KV was computed
-with (vLLM does the same: its routing buffer is indexed by KV slot). Today only `StaticKV`
-(dense models) has a prefix cache and MoE models run on `DynamicKV`, so this never happens; a
-backend that reports cached tokens without their routing makes `after_prefill` raise.
+with (vLLM does the same: its routing buffer is indexed by KV slot). MoE models run on
+`DynamicKV`, whose prefix store parks each finished sequence's routing (handed over by the engine
+when its row is dropped) with its K/V and returns the first n rows on a hit; a backend that
+reports cached tokens without their routing makes `after_prefill` raise.
 """
 
 from __future__ import annotations

@@ -67,6 +67,15 @@ class KVBatch:
         self.mask = torch.cat([F.pad(self.mask, (grow, 0)), F.pad(row_mask, (pad_new, 0))])
         self.lengths = torch.cat([self.lengths, row_len])
 
+    def row(self, i: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row i's real positions, per layer (keys, values) of shape [1, kv_heads, n, head_dim],
+        copied (a view would keep the whole batch's tensors alive)."""
+        start = self.width - int(self.lengths[i].item())
+        return [
+            (layer.keys[i : i + 1, :, start:].clone(), layer.values[i : i + 1, :, start:].clone())
+            for layer in cache_layers(self.cache)
+        ]
+
     def step_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Attention mask (one new real column) and position ids for a one-token decode step."""
         mask = F.pad(self.mask, (0, 1), value=1)

@@ -1,4 +1,6 @@
-"""Prefix reuse across requests for the static KV cache: which slot holds which tokens.
+"""Prefix reuse across requests: which cached K/V holds which tokens, for both KV backends.
+
+Static cache (`PrefixSlots`): which slot holds which tokens.
 
 Multi-turn agent episodes resend the whole conversation every turn. A static-cache slot that a
 finished sequence releases still holds the K/V of every token it fed (prompt + generated tokens
@@ -12,6 +14,18 @@ Exact: a hit reuses K/V computed for the very same tokens at the very same posit
 same weights. A weight update (`invalidate`) forgets every free slot's tokens and marks the
 slots in use so that theirs are dropped when released (their K/V mixes two policy versions).
 
+Dynamic cache (`PrefixStore`): a finished sequence's K/V is copied out of the batch and parked
+under its token ids (prompt + generated tokens but the last), with an optional per-token payload
+(the routed experts of MoE models, one row per cached token). A new prompt starts from the
+entry sharing its longest prefix (ties: the most recently used); entries stay parked after a hit
+(the prompts of one GRPO group all reuse one entry). Parking an entry drops those whose tokens
+are a prefix of its own (a hit on them is a hit on it); the parked bytes are bounded, least
+recently used entries evicted first. A weight update drops every entry, and sequences prefilled
+before it never park (same epoch rule as the slots).
+
+Both share the hit rule (`reusable`): the shared prefix, minus the prompt's last token when the
+whole prompt is cached (its logits sample the first output token, so it is always prefilled).
+
 Counters follow vLLM's `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits`: tokens of the
 prompts looked up, tokens served from the cache. Granularity is one token (vLLM: one block).
 """
@@ -19,6 +33,9 @@ prompts looked up, tokens served from the cache. Granularity is one token (vLLM:
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -36,6 +53,12 @@ def common_prefix(a: list[int], b: list[int]) -> int:
         else:
             hi = mid
     return lo
+
+
+def reusable(cached: list[int], prompt: list[int]) -> int:
+    """How many of `prompt`'s first tokens may come from K/V cached for `cached` tokens: their
+    common prefix, but never the prompt's last token (it is fed to get the first logits)."""
+    return min(common_prefix(cached, prompt), len(prompt) - 1)
 
 
 class PrefixSlots:
@@ -63,7 +86,7 @@ class PrefixSlots:
             if not tokens:  # empty: lowest index first (keeps decode batch buckets small)
                 key = (0, 1, -slot)
             else:  # ties: least recently released first
-                hit = min(common_prefix(tokens, prompt), len(prompt) - 1)
+                hit = reusable(tokens, prompt)
                 key = (hit, 0, -self._released[slot])
             if best_key is None or key > best_key:
                 best, best_key = slot, key
@@ -105,3 +128,77 @@ class PrefixSlots:
         self.tokens = [[] for _ in range(self.slots)]
         self.free = set(range(self.slots))
         self._epoch += 1
+
+
+@dataclass
+class Parked:
+    """A parked entry: its token ids, the K/V value (opaque here), optional per-token payload."""
+
+    tokens: list[int]
+    value: Any
+    nbytes: int
+    extra: Any = None
+    """Sliceable along axis 0, one row per token (MoE routed experts), or None."""
+
+
+class PrefixStore:
+    """Parked K/V of finished sequences keyed by token ids, LRU-bounded in bytes (`DynamicKV`)."""
+
+    def __init__(self, max_bytes: int, enabled: bool = True) -> None:
+        self.max_bytes = max_bytes
+        self.enabled = enabled and max_bytes > 0
+        self.epoch = 0
+        """Bumped by `invalidate`: a sequence prefilled under an older epoch never parks."""
+        self.bytes = 0
+        self.evictions = 0
+        self._entries: OrderedDict[int, Parked] = OrderedDict()  # least recently used first
+        self._keys = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, prompt: list[int]) -> tuple[int, Parked | None]:
+        """(tokens reusable, entry) for the entry sharing `prompt`'s longest prefix; (0, None)
+        without a hit. The entry becomes the most recently used."""
+        best, best_hit = None, 0
+        for key, entry in reversed(self._entries.items()):  # most recent first wins ties
+            hit = reusable(entry.tokens, prompt)
+            if hit > best_hit:
+                best, best_hit = key, hit
+        if best is None:
+            return 0, None
+        self._entries.move_to_end(best)
+        return best_hit, self._entries[best]
+
+    def park(self, entry: Parked, epoch: int) -> bool:
+        """Keep `entry` (computed under `epoch`) unless it is stale, too big, or already covered
+        by a parked entry whose tokens start with its own. Returns whether it was kept."""
+        n = len(entry.tokens)
+        if not self.enabled or epoch != self.epoch or not n or entry.nbytes > self.max_bytes:
+            return False
+        covered = []
+        for key, old in self._entries.items():
+            m = len(old.tokens)
+            if m >= n and old.tokens[:n] == entry.tokens:
+                return False
+            if m < n and entry.tokens[:m] == old.tokens:
+                covered.append(key)
+        for key in covered:
+            self._drop(key)
+        self._entries[next(self._keys)] = entry
+        self.bytes += entry.nbytes
+        while self.bytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+            self.evictions += 1
+        return True
+
+    def _drop(self, key: int) -> None:
+        self.bytes -= self._entries.pop(key).nbytes
+
+    def invalidate(self) -> None:
+        """New weights: drop everything; sequences prefilled before now will not park."""
+        self.epoch += 1
+        self._entries.clear()
+        self.bytes = 0
+
+    reset = invalidate

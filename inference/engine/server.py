@@ -350,7 +350,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--no-prefix-cache",
         action="store_true",
-        help="static cache: do not reuse a finished request's K/V for a later prompt's prefix",
+        help="do not reuse a finished request's K/V for a later prompt's prefix",
+    )
+    p.add_argument(
+        "--prefix-cache-mb",
+        type=float,
+        default=1024,
+        help="dynamic cache: most MiB of finished requests' K/V kept for prefix reuse (LRU)",
     )
     p.add_argument(
         "--no-routed-experts",
@@ -390,6 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         kv_capacity=args.kv_capacity,
         cuda_graphs=not args.no_cuda_graphs,
         prefix_cache=not args.no_prefix_cache,
+        prefix_cache_bytes=int(args.prefix_cache_mb * (1 << 20)),
         routed_experts=not args.no_routed_experts,
     )
     loaded.max_model_len = engine.max_model_len

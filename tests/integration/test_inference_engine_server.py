@@ -146,13 +146,18 @@ async def test_concurrent_requests_are_batched_and_match_single(server, http):
     assert rows / steps > 2  # several sequences per decode step
 
 
-def test_prefix_cache_over_http(model_dir, ref_model, tmp_path):
-    """Static KV cache: the second turn of a conversation reuses the first turn's K/V; the
-    response says how many prompt tokens were cached and /metrics counts them as vLLM does."""
-    log = tmp_path / "static.log"
+@pytest.mark.parametrize("kv_mode,prefix_mb,cached", [
+    ("static", 1024, 13), ("dynamic", 1024, 13), ("dynamic", 0, 0),
+])  # fmt: skip
+def test_prefix_cache_over_http(model_dir, ref_model, tmp_path, kv_mode, prefix_mb, cached):
+    """Both KV caches: the second turn of a conversation reuses the first turn's K/V; the
+    response says how many prompt tokens were cached and /metrics counts them as vLLM does.
+    `--prefix-cache-mb 0` turns the dynamic cache's reuse off."""
+    log = tmp_path / f"{kv_mode}.log"
     with (
         start_embedded_server(
-            model_dir, log_path=log, threads=1, max_batch_size=4, kv_mode="static", kv_capacity=512
+            model_dir, log_path=log, threads=1, max_batch_size=4, kv_mode=kv_mode, kv_capacity=512,
+            prefix_cache_mb=prefix_mb,
         ) as handle,
         httpx.Client(base_url=handle.url, trust_env=False, timeout=60) as http,
     ):
@@ -161,14 +166,14 @@ def test_prefix_cache_over_http(model_dir, ref_model, tmp_path):
         turn2 = PROMPT + first["choices"][0]["token_ids"] + [3, 4]
         second = complete(http, prompt=turn2, **body)
         assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
-        assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": 6 + 7}
+        assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": cached}
         choice = second["choices"][0]
         ref = reference_logprobs(ref_model, turn2, choice["token_ids"])
         lps = choice["logprobs"]["token_logprobs"]
         assert max(abs(a - b) for a, b in zip(lps, ref, strict=True)) < 1e-4
         text = http.get("/metrics").text
         assert metric(text, "vllm:prefix_cache_queries_total") == 6 + len(turn2)
-        assert metric(text, "vllm:prefix_cache_hits_total") == 13
+        assert metric(text, "vllm:prefix_cache_hits_total") == cached
 
 
 def test_health_and_metrics(http):
