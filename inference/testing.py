@@ -45,6 +45,23 @@ def perturbed_checkpoint(
     return dst
 
 
+def started_engine(model_dir: str | Path, kv_mode: str, prefix_cache: bool = True, **kw: Any):
+    """A started embedded `Engine` on `model_dir` (one torch thread, float32 on CPU,
+    max_model_len 1024, max_batch_size 4 unless given); the caller shuts it down."""
+    import torch
+
+    from inference.engine.core import Engine
+    from inference.engine.model import load_model
+
+    torch.set_num_threads(1)
+    loaded = load_model(model_dir)
+    kw.setdefault("max_batch_size", 4)
+    engine = Engine(loaded.model, loaded.eos_ids, max_model_len=1024, kv_mode=kv_mode,
+                    prefix_cache=prefix_cache, **kw)  # fmt: skip
+    engine.start()
+    return engine
+
+
 def reference_logprobs(model: Any, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
     """log p(completion[i] | prompt + completion[:i]) from one full forward pass, no KV cache."""
     import torch

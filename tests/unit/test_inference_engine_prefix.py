@@ -6,14 +6,17 @@ from __future__ import annotations
 import threading
 
 import pytest
-import torch
 
 from inference.engine.core import Engine, GenerationResult, SamplingParams
 from inference.engine.metrics import render
-from inference.engine.model import load_model
 from inference.engine.prefix import PrefixSlots, common_prefix
 from inference.engine.weights import read_weights
-from inference.testing import perturbed_checkpoint, reference_logprobs, tiny_checkpoint
+from inference.testing import (
+    perturbed_checkpoint,
+    reference_logprobs,
+    started_engine,
+    tiny_checkpoint,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -26,18 +29,7 @@ def model_dir(tmp_path_factory):
 
 
 def make_engine(model_dir, prefix_cache: bool, slots: int = 4) -> Engine:
-    torch.set_num_threads(1)
-    loaded = load_model(model_dir)
-    eng = Engine(
-        loaded.model,
-        loaded.eos_ids,
-        max_model_len=1024,
-        max_batch_size=slots,
-        kv_mode="static",
-        prefix_cache=prefix_cache,
-    )
-    eng.start()
-    return eng
+    return started_engine(model_dir, "static", prefix_cache, max_batch_size=slots)
 
 
 @pytest.fixture()

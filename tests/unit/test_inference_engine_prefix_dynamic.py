@@ -16,7 +16,12 @@ from inference.engine.metrics import render
 from inference.engine.model import load_model
 from inference.engine.prefix import Parked, PrefixStore, reusable
 from inference.engine.weights import read_weights
-from inference.testing import perturbed_checkpoint, reference_logprobs, tiny_checkpoint
+from inference.testing import (
+    perturbed_checkpoint,
+    reference_logprobs,
+    started_engine,
+    tiny_checkpoint,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -29,19 +34,7 @@ def model_dir(tmp_path_factory):
 
 
 def make_engine(model_dir, prefix_cache: bool = True, **kw) -> Engine:
-    torch.set_num_threads(1)
-    loaded = load_model(model_dir)
-    kw.setdefault("max_batch_size", 4)
-    eng = Engine(
-        loaded.model,
-        loaded.eos_ids,
-        max_model_len=1024,
-        kv_mode="dynamic",
-        prefix_cache=prefix_cache,
-        **kw,
-    )
-    eng.start()
-    return eng
+    return started_engine(model_dir, "dynamic", prefix_cache, **kw)
 
 
 @pytest.fixture()
