@@ -34,8 +34,9 @@ trained without running out of memory (after an OOM with the bf16 lm_head it ret
 length once with `head=float32`, which keeps no [tokens, vocab] softmax).
 
 Each variant runs `--warmup` steps (excluded: compile, allocator warm-up), then `--steps` timed
-steps; the median step time gives tokens/s. On CUDA each variant runs in its own process (clean
-peak-memory numbers). MFU uses `trainer.flops.step_flops` (causal attention, lm_head counted;
+steps; the median step time gives tokens/s, the fastest and slowest timed steps its spread
+(`step_s_min`, `step_s_max`). On CUDA each variant runs in its own process (clean peak-memory
+numbers). MFU uses `trainer.flops.step_flops` (causal attention, lm_head counted;
 documented there) against the GPU's bf16 dense peak; `titan_mfu` uses torchtitan's convention,
 for comparison with the anchors in shared/notes/TRAINER.md. The last line printed is one JSON
 object (the first `ours` variant and the first `hf` variant; all variants under `variants`).
@@ -67,6 +68,8 @@ CUDA_VARIANTS = (
     "ours:attn=cudnn:compile=1,hf,hf:ckpt=1,ours:compile=1,ours:attn=cudnn:compile=1:fp8=tensorwise"
 )
 CPU_VARIANTS = "ours,hf"
+VARIANT_FIELDS = ("name", "tokens_per_s", "step_s", "step_s_min", "step_s_max", "mfu",
+                  "peak_mem_gib", "error")  # fmt: skip
 
 
 def make_checkpoint(
@@ -242,8 +245,11 @@ def time_steps(step, device: str, warmup: int, steps: int) -> dict:
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    timed = times[warmup:]
     result = {
-        "step_s": statistics.median(times[warmup:]),
+        "step_s": statistics.median(timed),
+        "step_s_min": min(timed),
+        "step_s_max": max(timed),
         "step_s_all": [round(t, 4) for t in times],
         "first_step_s": times[0],
         "losses": losses,
@@ -368,8 +374,8 @@ def summarise(results: list[dict], hf: dict, seq_len: int, device_name: str) -> 
 
 
 def print_table(results: list[dict]) -> None:
-    print(f"{'variant':34} {'tokens/s':>10} {'step s':>8} {'MFU':>7} {'titan MFU':>9} "
-          f"{'peak GiB':>9} {'1st step s':>10} {'loss[0]':>10}")  # fmt: skip
+    print(f"{'variant':34} {'tokens/s':>10} {'step s':>8} {'min-max s':>13} {'MFU':>7} "
+          f"{'titan MFU':>9} {'peak GiB':>9} {'1st step s':>10} {'loss[0]':>10}")  # fmt: skip
     for r in results:
         if "error" in r:
             print(f"{r['name']:34} FAILED: {r['error'].splitlines()[-1][:80]}")
@@ -379,7 +385,8 @@ def print_table(results: list[dict]) -> None:
             return f"{100 * x:.1f}%" if x is not None else "-"
 
         mem = f"{r['peak_mem_gib']:.1f}" if "peak_mem_gib" in r else "-"
-        print(f"{r['name']:34} {r['tokens_per_s']:>10,.0f} {r['step_s']:>8.3f} {pct(r['mfu']):>7} "
+        spread = f"{r.get('step_s_min', r['step_s']):.3f}-{r.get('step_s_max', r['step_s']):.3f}"
+        print(f"{r['name']:34} {r['tokens_per_s']:>10,.0f} {r['step_s']:>8.3f} {spread:>13} {pct(r['mfu']):>7} "
               f"{pct(r['titan_mfu']):>9} {mem:>9} {r['first_step_s']:>10.1f} {r['losses'][0]:>10.5f}")  # fmt: skip
 
 
@@ -407,7 +414,7 @@ def headline(results, preset, seq_len, batch, device_name) -> dict:
         "variant": get(ours, "name"),
         "hf_variant": get(hf, "name"),
         "variants": [
-            {k: r.get(k) for k in ("name", "tokens_per_s", "mfu", "peak_mem_gib", "error")}
+            {k: r.get(k) for k in VARIANT_FIELDS}
             for r in results
         ],
     }
