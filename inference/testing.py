@@ -73,49 +73,12 @@ def reference_logprobs(model: Any, prompt_ids: list[int], completion_ids: list[i
     return [float(logp[start + i, t]) for i, t in enumerate(completion_ids)]
 
 
-class HeadReplyServer:
-    """Loopback TCP server that reads each request's head, writes `reply` (raw bytes, not
-    necessarily HTTP; None: nothing) and closes the connection."""
+class LoopbackServer:
+    """Base of the raw loopback TCP servers below: listens on 127.0.0.1 (a free port) inside
+    `async with`; `_handle` serves one connection; handlers still running at exit (tracked in
+    `_tasks`) are cancelled."""
 
-    def __init__(self, reply: bytes | None = None) -> None:
-        self.reply = reply
-        self.requests = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Self:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            self.requests += 1
-            if self.reply is not None:
-                writer.write(self.reply)
-                await writer.drain()
-        finally:
-            writer.close()
-
-
-class RawServer:
-    """Loopback TCP server: `status=None` reads requests and never answers (a hung server);
-    `status=503` answers each request with that status and a JSON error, or with `body`."""
-
-    def __init__(self, status: int | None = None, body: bytes | None = None) -> None:
-        self.status = status
-        self.body = b'{"error": {"message": "scripted failure"}}' if body is None else body
-        self.connections = 0
-        self.requests = 0
+    def __init__(self) -> None:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -135,6 +98,41 @@ class RawServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class HeadReplyServer(LoopbackServer):
+    """Loopback TCP server that reads each request's head, writes `reply` (raw bytes, not
+    necessarily HTTP; None: nothing) and closes the connection."""
+
+    def __init__(self, reply: bytes | None = None) -> None:
+        super().__init__()
+        self.reply = reply
+        self.requests = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            self.requests += 1
+            if self.reply is not None:
+                writer.write(self.reply)
+                await writer.drain()
+        finally:
+            writer.close()
+
+
+class RawServer(LoopbackServer):
+    """Loopback TCP server: `status=None` reads requests and never answers (a hung server);
+    `status=503` answers each request with that status and a JSON error, or with `body`."""
+
+    def __init__(self, status: int | None = None, body: bytes | None = None) -> None:
+        super().__init__()
+        self.status = status
+        self.body = b'{"error": {"message": "scripted failure"}}' if body is None else body
+        self.connections = 0
+        self.requests = 0
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
