@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,3 +58,29 @@ def trainer_records(run_dir: Path) -> dict[int, dict]:
     """trainer_metrics.jsonl of a run, by step."""
     lines = (Path(run_dir) / "trainer_metrics.jsonl").read_text().splitlines()
     return {r["step"]: r for r in map(json.loads, lines)}
+
+
+def rl_sample(rng: Any, n: int, vocab: int, *, prompt: int, mean_logp: float, i: int,
+              version: int) -> dict:
+    """One RL sample of `n` random tokens: the first `prompt` are prompt (not trained on), the
+    server's logprobs scattered around `mean_logp`, advantage +1/-1 by the parity of `i`."""
+    return {
+        "tokens": rng.integers(3, vocab, n).tolist(),
+        "loss_mask": [False] * prompt + [True] * (n - prompt),
+        "inference_logprobs": [0.0] * prompt + (mean_logp + rng.normal(0, 0.3, n - prompt)).tolist(),
+        "advantage": float(i % 2 * 2 - 1),
+        "policy_version": version,
+    }  # fmt: skip
+
+
+def trainer_job(model: Path, batches: Path, run_dir: Path, max_steps: int, **trainer: Any) -> dict:
+    """A `trainer.main` job on CPU (lr 3e-3, micro-batches of 24 tokens, lm_head chunks of 16,
+    5 s batch timeout); `trainer` adds or overrides `TrainerConfig` fields."""
+    return {
+        "model": str(model),
+        "batches_dir": str(batches),
+        "weights_dir": str(run_dir / "weights"),
+        "max_steps": max_steps,
+        "trainer": {"device": "cpu", "lr": 3e-3, "micro_batch_tokens": 24,
+                    "logprob_chunk_size": 16, "batch_timeout_s": 5, **trainer},
+    }  # fmt: skip

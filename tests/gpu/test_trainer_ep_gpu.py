@@ -17,7 +17,7 @@ import torch
 
 from swefleet import routed_experts
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
-from tests.trainer_ranks import finish, launch_trainer_ranks, trainer_records
+from tests.trainer_ranks import finish, launch_trainer_ranks, rl_sample, trainer_records
 from trainer.replay_check import SHAPES, make_moe_checkpoint
 
 pytestmark = [
@@ -40,13 +40,8 @@ def work(tmp_path_factory) -> Path:
     for step in range(3):
         samples = []
         for i, n in enumerate([40, 25, 60, 12, 33, 50, 7]):
-            sample = {
-                "tokens": rng.integers(3, SHAPE["vocab_size"], n).tolist(),
-                "loss_mask": [False] * 3 + [True] * (n - 3),
-                "inference_logprobs": [0.0] * 3 + (-6 + rng.normal(0, 0.3, n - 3)).tolist(),
-                "advantage": float(i % 2 * 2 - 1),
-                "policy_version": step,
-            }
+            sample = rl_sample(rng, n, SHAPE["vocab_size"], prompt=3, mean_logp=-6, i=i,
+                               version=step)  # fmt: skip
             if step == REPLAYED_STEP:
                 ids = np.argsort(rng.random((n, L, E)), axis=-1)[..., :K]
                 sample["routed_experts"] = ids.astype(np.uint8)

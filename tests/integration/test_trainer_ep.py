@@ -15,7 +15,13 @@ import torch
 
 from swefleet import routed_experts
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
-from tests.trainer_ranks import finish, launch_trainer_ranks, trainer_records
+from tests.trainer_ranks import (
+    finish,
+    launch_trainer_ranks,
+    rl_sample,
+    trainer_job,
+    trainer_records,
+)
 from trainer.config import TrainerJob
 from trainer.main import StopFlag, run
 from trainer.replay_check import SHAPES, make_moe_checkpoint
@@ -44,13 +50,8 @@ def _batches(out: Path) -> Path:
     for step in range(3):
         samples = []
         for i, n in enumerate([9, 31, 12, 7, 26]):
-            sample = {
-                "tokens": rng.integers(3, SHAPE["vocab_size"], n).tolist(),
-                "loss_mask": [False] * 2 + [True] * (n - 2),
-                "inference_logprobs": [0.0] * 2 + (-5 + rng.normal(0, 0.3, n - 2)).tolist(),
-                "advantage": float(i % 2 * 2 - 1),
-                "policy_version": step,
-            }
+            sample = rl_sample(rng, n, SHAPE["vocab_size"], prompt=2, mean_logp=-5, i=i,
+                               version=step)  # fmt: skip
             if step == REPLAYED_STEP:
                 sample["routed_experts"] = _routing(rng, n)
             samples.append(sample)
@@ -59,22 +60,8 @@ def _batches(out: Path) -> Path:
 
 
 def _job(model: Path, batches: Path, run_dir: Path, max_steps: int, ep: int) -> dict:
-    return {
-        "model": str(model),
-        "batches_dir": str(batches),
-        "weights_dir": str(run_dir / "weights"),
-        "max_steps": max_steps,
-        "trainer": {
-            "device": "cpu",
-            "lr": 3e-3,
-            "micro_batch_tokens": 24,
-            "logprob_chunk_size": 16,
-            "expert_parallel": ep,
-            "checkpoint_every": 1 if ep > 1 else None,
-            "profile_moe": ep > 1,
-            "batch_timeout_s": 5,
-        },
-    }
+    return trainer_job(model, batches, run_dir, max_steps, expert_parallel=ep,
+                       checkpoint_every=1 if ep > 1 else None, profile_moe=ep > 1)  # fmt: skip
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ import torch
 
 from swefleet.batch import pack_samples
 from swefleet.tinymodel import create_tiny_model
-from tests.trainer_ranks import free_port
+from tests.trainer_ranks import free_port, rl_sample
 
 pytestmark = pytest.mark.integration
 STEPS = 2
@@ -24,13 +24,7 @@ STEPS = 2
 def _arrays() -> dict:
     rng = np.random.default_rng(5)
     samples = [
-        {
-            "tokens": rng.integers(3, 1024, n).tolist(),
-            "loss_mask": [False] * 2 + [True] * (n - 2),
-            "inference_logprobs": [0.0] * 2 + (-7 + rng.normal(0, 0.3, n - 2)).tolist(),
-            "advantage": float(i % 2 * 2 - 1),
-            "policy_version": 0,
-        }
+        rl_sample(rng, n, 1024, prompt=2, mean_logp=-7, i=i, version=0)
         for i, n in enumerate([20, 31, 12, 26])
     ]
     return pack_samples(samples)

@@ -12,7 +12,13 @@ import torch
 
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
 from swefleet.tinymodel import create_tiny_model
-from tests.trainer_ranks import finish, launch_trainer_ranks, trainer_records
+from tests.trainer_ranks import (
+    finish,
+    launch_trainer_ranks,
+    rl_sample,
+    trainer_job,
+    trainer_records,
+)
 from trainer.config import TrainerJob
 from trainer.main import StopFlag, run
 
@@ -31,34 +37,13 @@ def _batches(out: Path) -> Path:
     for step in range(3):
         samples = []
         for i, n in enumerate([9, 31, 12, 7, 26]):
-            samples.append(
-                {
-                    "tokens": rng.integers(3, 1024, n).tolist(),
-                    "loss_mask": [False] * 2 + [True] * (n - 2),
-                    "inference_logprobs": [0.0] * 2 + (-7 + rng.normal(0, 0.3, n - 2)).tolist(),
-                    "advantage": float(i % 2 * 2 - 1),
-                    "policy_version": step,
-                }
-            )
+            samples.append(rl_sample(rng, n, 1024, prompt=2, mean_logp=-7, i=i, version=step))
         write_batch(batch_path(out, step), pack_samples(samples), {"step": step})
     return out
 
 
 def _job(tiny, batches, run_dir: Path, max_steps: int, every: int | None = 1) -> dict:
-    return {
-        "model": str(tiny),
-        "batches_dir": str(batches),
-        "weights_dir": str(run_dir / "weights"),
-        "max_steps": max_steps,
-        "trainer": {
-            "device": "cpu",
-            "lr": 3e-3,
-            "micro_batch_tokens": 24,
-            "logprob_chunk_size": 16,
-            "checkpoint_every": every,
-            "batch_timeout_s": 5,
-        },
-    }
+    return trainer_job(tiny, batches, run_dir, max_steps, checkpoint_every=every)
 
 
 def _weights(run_dir: Path, version: int) -> dict[str, torch.Tensor]:
