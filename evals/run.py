@@ -3,9 +3,10 @@
 Resumable: each finished episode is appended to `DIR/episodes.jsonl`; a restarted eval skips the
 (task, attempt) pairs already there. Policies: `oracle` (gold patch), `empty` (no change),
 `predictions` (the patches of a SWE-bench predictions file, graded here) and `model` (the agent
-against a served checkpoint: the embedded engine on `--model DIR`, or `--server URL`, which is
-checked at startup to answer GET /v1/models and to serve `inference.model_name`, else a config
-error, exit code 2, naming the served models: `evals.served`).
+against a served checkpoint: the config's inference fleet on `--model DIR` (embedded or vLLM
+servers, supervised), or `--server URL` (repeatable), each checked at startup to answer GET
+/v1/models and to serve `inference.model_name`, else a config error, exit code 2, naming the
+served models: `evals.served`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ log = logging.getLogger(__name__)
 def run_eval_cli(args: argparse.Namespace) -> int:
     from envs.reaper import remove_run_containers
     from orchestrator.run import prepare_tasks
-    from swefleet.config import RunConfig, load_config
+    from swefleet.config import load_config
 
-    cfg = load_config(args.config) if args.config else RunConfig()
+    cfg = load_config(args.config, servers=args.server)  # no --config: the defaults
     cfg.tasks.path, cfg.tasks.split, cfg.tasks.limit = args.tasks, args.split, None
-    if args.agent == "model" and args.server:  # before any task: a wrong name fails at once
-        check_served_model(args.server, cfg.inference.model_name, cfg.inference.connect_timeout_s)
+    if args.agent == "model":  # before any task: a wrong name fails at once
+        for url in args.server:
+            check_served_model(url, cfg.inference.model_name, cfg.inference.connect_timeout_s)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_id = f"eval-{uuid.uuid4().hex[:8]}"
@@ -55,7 +57,8 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     report = build_report(records, args.k)
     report.update(cost_fields(report, cfg.orchestrator))
     write_json_atomic(out / "report.json", report)
-    write_swebench_outputs(records, out, model_name=args.model or args.server or args.agent)
+    write_swebench_outputs(records, out,
+                           model_name=args.model or ",".join(args.server) or args.agent)
     (out / "report.md").write_text(report_markdown(report))
     print(report_markdown(report))
     return 0
@@ -82,7 +85,7 @@ async def _eval(cfg, args, tasks: list[Task], out: Path, run_id: str) -> None:
             progress.update(record)
 
     try:
-        await asyncio.gather(*(one(t, a) for t, a in todo))
+        await policy.guard(asyncio.gather(*(one(t, a) for t, a in todo)))
     finally:
         progress.close()
         await policy.aclose()
@@ -153,15 +156,20 @@ class _PatchPolicy:
             traj.reward, traj.reason = 0.0, result.reason
         return traj
 
+    async def guard(self, work):
+        return await work
+
     async def aclose(self) -> None:
         pass
 
 
 class _AgentPolicy:
-    """The agent against a served checkpoint (embedded engine started here, or a URL)."""
+    """The agent against a served checkpoint (the config's fleet: servers started here and
+    supervised, or running ones); `stack` stops them."""
 
-    def __init__(self, cfg, fleet, farm, tokenizer, server) -> None:
-        self.cfg, self.fleet, self.farm, self.tokenizer, self.server = cfg, fleet, farm, tokenizer, server
+    def __init__(self, cfg, fleet, supervisor, farm, tokenizer, stack) -> None:
+        self.cfg, self.fleet, self.supervisor = cfg, fleet, supervisor
+        self.farm, self.tokenizer, self.stack = farm, tokenizer, stack
         self.agent = None  # cfg.agent fitted to the servers' window at the first episode
 
     async def __call__(self, task: Task, grader) -> Trajectory:
@@ -174,11 +182,16 @@ class _AgentPolicy:
         handle = RolloutHandle(uuid.uuid4().hex[:12], 0)
         return await run_rollout(ctx, task, handle, group_id="", sink=lambda t: None)
 
+    async def guard(self, work):
+        """`work`, cancelled with `NoServersLeft` when every server is lost."""
+        return await self.supervisor.guard(work)
+
     async def aclose(self) -> None:
+        for url, snap in self.fleet.server_metrics().items():
+            log.info("server %s: %d completions, %d tokens", url, snap["completed"],
+                     snap["tokens"])
         await self.farm.close()
-        await self.fleet.aclose()
-        if self.server is not None:
-            await asyncio.to_thread(self.server.stop)
+        await self.stack.aclose()
 
 
 def load_predictions_for(args: argparse.Namespace) -> dict:
@@ -206,22 +219,23 @@ async def _policy(cfg, args, run_id: str):
         return _PatchPolicy(args.agent)
     if args.agent == "predictions":
         return _PatchPolicy("predictions", load_predictions_for(args))
+    from contextlib import AsyncExitStack
+
     from agents.tokenizer import Tokenizer
     from envs.farm import DockerFarm
-    from inference.fleet import FleetClient
-    from inference.launch import start_configured_server
+    from swefleet.servers import open_fleet
 
     if not args.model:
         raise SystemExit("--agent model needs --model DIR (tokenizer, and served unless --server)")
-    server = None
-    url = args.server
-    if not url:
-        server = await asyncio.to_thread(
-            start_configured_server, Path(args.model), cfg.inference,
-            Path(args.output_dir) / "server.log")
-        url = server.url
-    fleet = FleetClient([url], cfg.inference)
-    return _AgentPolicy(cfg, fleet, DockerFarm(run_id, cfg.envs), Tokenizer.from_dir(args.model), server)
+    stack = AsyncExitStack()
+    try:
+        fleet, supervisor = await open_fleet(cfg, Path(args.model),
+                                             Path(args.output_dir) / "logs", stack)
+    except BaseException:
+        await stack.aclose()
+        raise
+    return _AgentPolicy(cfg, fleet, supervisor, DockerFarm(run_id, cfg.envs),
+                        Tokenizer.from_dir(args.model), stack)
 
 
 class _Progress:

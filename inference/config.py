@@ -5,9 +5,31 @@ Light module (pydantic only): `swefleet.config` imports it to build the config t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    field_validator,
+    model_validator,
+)
+
+from inference.vllm_launch import VLLMLaunch
+
+#: embedded-engine settings a vLLM server does not read (its own are under `inference.vllm`)
+ENGINE_ONLY = {
+    "dtype": "vllm.dtype",
+    "max_batch_size": "vllm.max_num_seqs",
+    "kv_capacity": "vllm.max_model_len",
+    "cuda_graphs": "vllm.enforce_eager",
+    "kv_mode": None,
+    "prefix_cache_mb": "vllm.enable_prefix_caching",
+    "max_queue": None,
+    "cpu_threads": None,
+}
 
 
 class ConcurrencyConfig(BaseModel):
@@ -53,17 +75,53 @@ class InferenceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["auto", "embedded", "vllm", "external"] = "auto"
+    """Where generation runs. `embedded`: the run starts `num_servers` embedded engine servers
+    (CPU or GPU); `vllm`: the run starts `num_servers` `vllm serve` servers on `gpus` (settings
+    under `inference.vllm`); `external`: the already running servers of `servers` (started by
+    you; the embedded engine's settings below are then unused). Launched servers are
+    supervised: a dead one is restarted on its port with the current weights. `auto`:
+    `external` when `servers` is set, else `embedded`."""
     servers: list[str] = Field(default_factory=list)
-    """Base URLs (`http://host:port`) of already running OpenAI-compatible servers. Empty: the
-    run starts `num_servers` embedded engines itself."""
+    """Base URLs (`http://host:port`) of already running OpenAI-compatible servers (kind
+    `external`; `--server URL` on the command line replaces them). An error with a launching
+    kind."""
     num_servers: int = Field(1, ge=1)
-    """How many embedded engine servers to start when `servers` is empty."""
+    """How many servers the run starts (kind `embedded` or `vllm`); must stay 1 with
+    `external` (the servers are `servers`)."""
+    gpus: list[NonNegativeInt] = Field(default_factory=list)
+    """Physical GPU indices of the launched servers: server i gets `gpus[i*gpus_per_server :
+    (i+1)*gpus_per_server]` as its CUDA_VISIBLE_DEVICES (the embedded engine then runs on
+    `cuda`); the length must be `num_servers * gpus_per_server`, no GPU twice. Setting them
+    means `device = "cuda"`. Empty: servers inherit this process's GPUs (the embedded engine
+    uses `device`; one server only when that is a GPU)."""
+    gpus_per_server: int = Field(1, ge=1)
+    """GPUs of one launched server: 1 for the embedded engine; vLLM: tensor_parallel_size x
+    data_parallel_size (the default when left out)."""
+    gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
+    """Fraction of each server GPU inference may take: vLLM's `--gpu-memory-utilization`; the
+    embedded engine's static KV cache is sized to it (this share of the GPU minus the memory
+    its weights took, at most what is free). None: 0.9 on GPUs of their own, 0.35 when the
+    trainer shares the GPU (an explicit value above 0.6 is then an error). Not for CPU or
+    external servers."""
+    vllm: VLLMLaunch = Field(default_factory=VLLMLaunch)
+    """Engine settings of the `vllm serve` servers of kind `vllm` (parallelism, FP8, prefix
+    caching, max_model_len, routed experts, ...; the model, host, port, served name and memory
+    share come from the run); `executable` and `env` of the command. Set only for kind vllm."""
+    restart_dead_servers: bool = True
+    """Restart a launched server that died (process exited, or `/health` failed 3 checks in a
+    row) on the same port with the current weights; off (or a failed restart): the run goes on
+    with the other servers, and stops with an error when none is left."""
+    health_interval_s: float = Field(2.0, gt=0)
+    """Seconds between two liveness checks of every launched server."""
     host: str = "127.0.0.1"
-    """Interface the embedded servers bind to."""
+    """Interface the launched servers bind to."""
     port: int = Field(0, ge=0, le=65535)
-    """Port of the first embedded server (the next ones count up); 0 picks free ports."""
+    """Port of the first launched server (the next ones count up); 0 picks free ports. A
+    restarted server keeps its port."""
     device: str = "cpu"
-    """Torch device of the embedded engine: `cpu`, `cuda`, `cuda:1`."""
+    """Torch device of the embedded engine: `cpu`, `cuda`, `cuda:1` (`cuda` when `gpus` are
+    set; vLLM servers always run on GPUs, an explicit `cpu` is then an error)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weights dtype of the embedded engine; `auto` is float32 on CPU and bfloat16 on CUDA."""
     cpu_threads: int = Field(0, ge=0)
@@ -79,7 +137,8 @@ class InferenceConfig(BaseModel):
     static on CUDA when the model allows it, dynamic otherwise."""
     kv_capacity: int = Field(0, ge=0)
     """Static cache tokens per sequence slot (prompt + completion); 0: the model's max length,
-    lowered so `max_batch_size` slots fit half the free GPU memory."""
+    lowered so `max_batch_size` slots fit the server's `gpu_memory_fraction` of its GPU (minus
+    the weights; half the free memory for a server started on its own)."""
     cuda_graphs: bool = True
     """Replay static-cache decode steps as CUDA graphs (one capture per batch/width bucket)."""
     prefix_cache_mb: float = Field(1024.0, ge=0)
@@ -108,6 +167,21 @@ class InferenceConfig(BaseModel):
     abort_on_update: bool = False
     """Abort in-flight requests when weights change (they end `stale`); False keeps decoding them
     with the new weights on top of the old KV cache, as prime-rl's `pause(mode="keep")`."""
+    weight_sync: Literal["filesystem", "nccl"] = "filesystem"
+    """How new weights reach the servers. `filesystem`: the trainer exports every version as an
+    HF directory and each server loads it. `nccl`: the trainer broadcasts every version to all
+    server workers over a process group of its own (NCCL on GPUs, gloo on CPU; vLLM servers
+    through vLLM's weight-transfer engine), announced by a small `weights/vNNNNNN.nccl.json`
+    marker; directories are still exported every `trainer.checkpoint_every` steps and at the
+    end, for resume (`swefleet/weight_transfer.py`)."""
+    weight_sync_host: str = "127.0.0.1"
+    """`nccl`: the address the trainer's rendezvous store listens on and the workers connect to
+    (the trainer's host, reachable from every server)."""
+    weight_sync_port: int = Field(0, ge=0, le=65535)
+    """`nccl`: the rendezvous port; 0 picks a free one when the run starts."""
+    weight_sync_timeout_s: float = Field(300.0, gt=0)
+    """`nccl`: deadline for the trainer and every worker to join the group, and for one
+    collective; a server that never joins fails the update (and the run) with a message."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature sent with every request (0: greedy)."""
     top_p: float = Field(1.0, gt=0, le=1)
@@ -163,3 +237,107 @@ class InferenceConfig(BaseModel):
         if self.connect_timeout_s > self.request_timeout_s:
             raise ValueError("connect_timeout_s must not exceed request_timeout_s")
         return self
+
+    @model_validator(mode="after")
+    def _placement(self) -> InferenceConfig:
+        """Settings that cannot take effect with the chosen kind are errors, not ignored."""
+        kind = self.resolved_kind
+        if len(set(self.gpus)) != len(self.gpus):
+            raise ValueError(f"gpus={self.gpus} lists a GPU twice")
+        if kind != "vllm" and self.vllm != VLLMLaunch():
+            raise ValueError(f"inference.vllm is for kind='vllm' (kind is {kind!r})")
+        if kind == "external":
+            _check_external(self)
+            return self
+        if self.servers:
+            raise ValueError(f"servers lists running servers (kind 'external'); kind={kind!r} "
+                             "starts its own: drop servers or set kind='external'")
+        if kind == "vllm":
+            _place_vllm(self)
+        else:
+            _place_embedded(self)
+        if self.gpus and len(self.gpus) != self.num_servers * self.gpus_per_server:
+            raise ValueError(f"gpus={self.gpus} must list num_servers x gpus_per_server = "
+                             f"{self.num_servers} x {self.gpus_per_server} GPUs")
+        return self
+
+    @property
+    def resolved_kind(self) -> Literal["embedded", "vllm", "external"]:
+        """`kind` with `auto` resolved: external when `servers` is set, else embedded."""
+        if self.kind == "auto":
+            return "external" if self.servers else "embedded"
+        return self.kind
+
+
+def _check_external(cfg: InferenceConfig) -> None:
+    if not cfg.servers:
+        raise ValueError("kind='external' needs servers (or --server URL)")
+    if cfg.num_servers != 1:
+        raise ValueError(f"num_servers={cfg.num_servers} launches servers; kind='external' "
+                         f"uses the {len(cfg.servers)} of servers")
+    for name in ("gpus", "gpu_memory_fraction"):
+        if getattr(cfg, name):
+            raise ValueError(f"{name} places launched servers; kind='external' launches none")
+    if cfg.gpus_per_server != 1:
+        raise ValueError("gpus_per_server places launched servers; kind='external' launches none")
+
+
+def _place_embedded(cfg: InferenceConfig) -> None:
+    if cfg.server_api != "swefleet":
+        raise ValueError("server_api='vllm' is for vLLM servers; the embedded engine speaks "
+                         "'swefleet'")
+    if cfg.gpus_per_server != 1:
+        raise ValueError(f"gpus_per_server={cfg.gpus_per_server}: an embedded server uses 1 GPU")
+    if cfg.gpus:
+        if "device" in cfg.model_fields_set and cfg.device != "cuda":
+            raise ValueError(f"device={cfg.device!r} with gpus={cfg.gpus}: servers run on their "
+                             "gpus (CUDA_VISIBLE_DEVICES) as device 'cuda'")
+        cfg.device = "cuda"
+    elif cfg.device.startswith("cuda") and cfg.num_servers > 1:
+        raise ValueError(f"num_servers={cfg.num_servers} on {cfg.device}: set gpus, one GPU "
+                         "per server")
+    elif cfg.device == "cpu" and cfg.gpu_memory_fraction is not None:
+        raise ValueError("gpu_memory_fraction with device='cpu': the servers use no GPU")
+
+
+def _place_vllm(cfg: InferenceConfig) -> None:
+    if "server_api" in cfg.model_fields_set and cfg.server_api != "vllm":
+        raise ValueError(f"server_api={cfg.server_api!r} with kind='vllm': vLLM servers speak "
+                         "'vllm' (the default for this kind)")
+    cfg.server_api = "vllm"
+    per_server = cfg.vllm.gpus_per_server
+    if "gpus_per_server" not in cfg.model_fields_set:
+        cfg.gpus_per_server = per_server
+    elif cfg.gpus_per_server != per_server:
+        raise ValueError(f"gpus_per_server={cfg.gpus_per_server} but vllm.tensor_parallel_size x "
+                         f"data_parallel_size = {per_server}")
+    if "device" in cfg.model_fields_set and cfg.device != "cuda":
+        raise ValueError(f"device={cfg.device!r} with kind='vllm': vLLM servers run on GPUs "
+                         "(place them with gpus)")
+    cfg.device = "cuda"
+    if not cfg.gpus and cfg.num_servers > 1:
+        raise ValueError(f"num_servers={cfg.num_servers} vLLM servers need gpus (their "
+                         "CUDA_VISIBLE_DEVICES)")
+    default = InferenceConfig.model_fields
+    for name, instead in ENGINE_ONLY.items():
+        if getattr(cfg, name) != default[name].default:
+            use = f"; set inference.{instead}" if instead else ""
+            raise ValueError(f"{name} is an embedded engine setting; kind='vllm' does not "
+                             f"read it{use}")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """Where one server of the fleet runs (`swefleet.topology` resolves them from the config)."""
+
+    index: int
+    url: str = ""
+    """External servers: their URL."""
+    gpus: tuple[int, ...] = ()
+    """Launched servers: their CUDA_VISIBLE_DEVICES; empty: inherited."""
+    device: str = "cpu"
+    """Embedded engine: its torch device inside the server process."""
+    port: int = 0
+    """Launched servers: the port of their first start; 0: a free one."""
+    gpu_memory_fraction: float | None = None
+    """Share of each of its GPUs the server may take; None: no GPU."""

@@ -77,7 +77,9 @@ from inference.protocol import CancelReason, Completion, RequestCancelled
 from inference.routing import PrefixCacheStats, Router, ServerState, percentile
 from inference.streaming import StreamAssembler, StreamError
 from inference.transport import ConnectFailed, ConnectionLost, Response, Transport
+from inference.weight_sync import BroadcastSync, WeightSyncError
 from inference.wire import CompletionResponse, HealthResponse, UpdateWeightsResponse
+from swefleet.weight_transfer import TransferGroup, is_marker, read_marker
 
 #: transport failures after which the request is retried (the server never answered it)
 CONNECTION_ERRORS = (ConnectFailed, ConnectionLost)
@@ -161,6 +163,7 @@ class FleetClient:
         self._prefill_router = Router(self.prefill_servers, cfg.affinity_max_imbalance)
         self._transport = Transport(cfg.max_connections, cfg.connect_timeout_s)
         self._pools = [self._transport]  # test seam: tests/integration/test_agents_engine.py
+        self._broadcast = BroadcastSync(self._transport, cfg)
         self.totals: Counter = Counter()
         self._versions_known = False
         self._refreshed_at = -1e9
@@ -230,8 +233,12 @@ class FleetClient:
         """Lowest policy version among servers that answered (0 when none did)."""
         if not self._versions_known:
             await self.refresh()
-        versions = [s.version for s in self._every if s.version is not None]
+        versions = [s.version for s in self._every if s.version is not None and s.in_service]
         return min(versions) if versions else 0
+
+    def server(self, url: str) -> ServerState:
+        """The state of the server at `url` (KeyError if not in the fleet)."""
+        return next(s for s in self._every if s.url == url.rstrip("/"))
 
     # ---- fleet management ----
 
@@ -265,34 +272,76 @@ class FleetClient:
     async def update_weights(
         self, version: int, path: str | Path, *, abort_in_flight: bool | None = None
     ) -> None:
-        """Load `path` (HF safetensors dir) on every server (both pools under P/D); returns once
-        all serve `version`."""
+        """Load `path` (HF safetensors dir) on every server in service (both pools under P/D);
+        returns once all serve `version`. A broadcast marker (`v{n:06d}.nccl.json`) as `path`:
+        every server joins the trainer's group if needed and receives the broadcast
+        (`inference/weight_sync.py`); a marker naming a directory loads that directory."""
         abort = self.config.abort_on_update if abort_in_flight is None else abort_in_flight
-        body = {"path": str(path), "version": version, "abort_in_flight": abort}
-        timeout_s = self.config.update_timeout_s
-
-        async def one(server: ServerState) -> None:
-            if self.config.server_api == "vllm":
-                await self._update_vllm(server, version, str(path), abort, timeout_s)
+        targets = [s for s in self._every if s.in_service]
+        if is_marker(path):  # the trainer broadcasts this version (swefleet/weight_transfer.py)
+            marker = await asyncio.to_thread(read_marker, path)
+            if marker.version != version:
+                raise WeightUpdateError(f"{path} announces v{marker.version}, not v{version}")
+            if marker.path is None:
+                self.totals["weight_updates"] += 1
+                try:
+                    await self._broadcast.update(targets, marker, abort)
+                except WeightSyncError as exc:
+                    raise WeightUpdateError(str(exc)) from exc
                 return
-            resp = await self._transport.post(
-                f"{server.url}/update_weights", json=body, timeout_s=timeout_s
+            path = Path(path).parent / marker.path  # also a directory: load it from there
+        async with asyncio.timeout(self.config.update_timeout_s):
+            results = await asyncio.gather(
+                *(self._update_one(s, version, str(path), abort) for s in targets),
+                return_exceptions=True,
             )
-            if resp.status_code != 200:
-                raise WeightUpdateError(f"{server.url}: HTTP {resp.status_code} {resp.text[:300]}")
-            served = UpdateWeightsResponse.model_validate_json(resp.content).policy_version
-            if served != version:
-                raise WeightUpdateError(f"{server.url}: serves {served}, expected {version}")
-            server.version = version
-
-        async with asyncio.timeout(timeout_s):
-            results = await asyncio.gather(*(one(s) for s in self._every), return_exceptions=True)
         errors = [f"{r!r}" for r in results if isinstance(r, BaseException)]
         self.totals["weight_updates"] += 1
         if errors:
             raise WeightUpdateError(
                 f"update to v{version} failed on {len(errors)} server(s): " + "; ".join(errors)
             )
+
+    async def weight_sync_world_size(self) -> int:
+        """World size of a weight-transfer group over this fleet: 1 (the trainer) + every
+        worker of every server in service (`GET /get_world_size`)."""
+        try:
+            return await self._broadcast.world_size([s for s in self._every if s.in_service])
+        except (WeightSyncError, ConnectionError, TimeoutError) as exc:
+            raise WeightUpdateError(f"cannot size the weight-transfer group: {exc!r}") from exc
+
+    async def init_weight_sync(self, group: TransferGroup, *, force: bool = False) -> list[str]:
+        """Make every server in service join the trainer's weight-transfer `group`,
+        concurrently with the trainer joining it. Idempotent: servers already in the group are
+        skipped (`force`: all join again, e.g. after a restart). Returns the URLs that joined.
+        `update_weights` with a broadcast marker calls it itself."""
+        try:
+            return await self._broadcast.init([s for s in self._every if s.in_service], group,
+                                              force)
+        except WeightSyncError as exc:
+            raise WeightUpdateError(str(exc)) from exc
+
+    async def update_server(self, url: str, version: int, path: str | Path) -> None:
+        """Load `path` as `version` on the one server at `url` (a restarted server catching
+        up), whether in service or not."""
+        async with asyncio.timeout(self.config.update_timeout_s):
+            await self._update_one(self.server(url), version, str(path), False)
+
+    async def _update_one(self, server: ServerState, version: int, path: str, abort: bool) -> None:
+        timeout_s = self.config.update_timeout_s
+        if self.config.server_api == "vllm":
+            await self._update_vllm(server, version, path, abort, timeout_s)
+            return
+        body = {"path": path, "version": version, "abort_in_flight": abort}
+        resp = await self._transport.post(
+            f"{server.url}/update_weights", json=body, timeout_s=timeout_s
+        )
+        if resp.status_code != 200:
+            raise WeightUpdateError(f"{server.url}: HTTP {resp.status_code} {resp.text[:300]}")
+        served = UpdateWeightsResponse.model_validate_json(resp.content).policy_version
+        if served != version:
+            raise WeightUpdateError(f"{server.url}: serves {served}, expected {version}")
+        server.version = version
 
     async def _update_vllm(
         self, server: ServerState, version: int, path: str, abort: bool, timeout_s: float
@@ -344,7 +393,7 @@ class FleetClient:
         latencies = [x for s in self.servers for x in s.latencies]
         out = {f"infer/{key}": float(n) for key, n in self.totals.items()}
         out["infer/in_flight"] = float(sum(s.in_flight for s in self._every))
-        out["infer/live_servers"] = float(sum(s.live(now) for s in self._every))
+        out["infer/live_servers"] = float(sum(s.live(now) and s.in_service for s in self._every))
         if self._limiters:
             out["infer/inflight_limit"] = float(sum(s.limit for s in self.servers))
         out["infer/latency_p50_s"] = percentile(latencies, 50)
@@ -402,6 +451,9 @@ class FleetClient:
         if server is None:
             await self.refresh()
             server = router.pick(call.episode_id, call.min_version, call.tried, now)
+        while server is None and any(s.restarting for s in router.servers):
+            await asyncio.sleep(0.2)  # none in service, one coming back: wait (within deadline)
+            server = router.pick(call.episode_id, call.min_version, call.tried, time.monotonic())
         if server is None:
             versions = {s.url: s.version for s in router.servers}
             raise RequestCancelled(

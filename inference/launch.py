@@ -7,6 +7,8 @@ The server binds its port itself (`--port 0` picks a free one) and writes it to 
 we wait for that file and then for `/health` to answer 200, within `startup_timeout_s`. If the
 process exits or the deadline passes first, the process group is killed and `ServerStartError`
 carries the tail of its log. `stop()` sends SIGTERM to the whole group, then SIGKILL.
+`spawn_server` + `wait_ready` split the two halves (the fleet of a run: `inference.fleet_launch`;
+vLLM has no port file: its port is chosen before the start).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class ServerHandle:
     url: str
     port: int
     log_path: Path
+    host: str = "127.0.0.1"
+    port_file: Path | None = None
+    """Where a server started with `--port 0` reports its port (None: the port is known)."""
 
     @property
     def pid(self) -> int:
@@ -85,6 +90,65 @@ class ServerHandle:
         self.stop()
 
 
+def spawn_server(
+    argv: Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    log_path: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    port_file: bool = True,
+) -> ServerHandle:
+    """Start `argv` in its own process group and return at once (`wait_ready` waits). With
+    `port_file` the server gets `--port-file F` and reports its port there (for `--port 0`);
+    without it `port` must be the port the server binds. Call from the main thread: the
+    server dies with the thread that started it (`die_with_parent`). `env` is the full
+    environment (None: this process's)."""
+    if log_path:
+        log = Path(log_path)
+    else:
+        fd, name = tempfile.mkstemp(prefix="swefleet-server-", suffix=".log")
+        os.close(fd)
+        log = Path(name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    pf = Path(tempfile.mkdtemp(prefix="swefleet-port-")) / "port" if port_file else None
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [*argv, *(["--port-file", str(pf)] if pf else [])],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - a kill -9 of the parent must not orphan it
+            env=env,
+        )
+    url = f"http://{host}:{port}" if port and pf is None else ""
+    return ServerHandle(proc, url, port if pf is None else 0, log, host=host, port_file=pf)
+
+
+def wait_ready(
+    handle: ServerHandle, startup_timeout_s: float, routes: Sequence[str] = ("/health",)
+) -> None:
+    """Wait for the port (port file) and a 200 from every route; on an exit or the deadline
+    the group is killed and `ServerStartError` carries the tail of the log."""
+    deadline = time.monotonic() + startup_timeout_s
+    pf = handle.port_file
+    try:
+        if pf is not None:
+            handle.port = _wait_port(handle.proc, pf, deadline, handle.log_path)
+            handle.url = f"http://{handle.host}:{handle.port}"
+        for route in routes:
+            _wait_route(handle, route, deadline)
+    except BaseException:
+        handle.stop(grace_s=2.0)
+        raise
+    finally:
+        if pf is not None:
+            pf.unlink(missing_ok=True)
+            pf.parent.rmdir()
+            handle.port_file = None
+
+
 def start_server(
     argv: Sequence[str],
     *,
@@ -94,36 +158,10 @@ def start_server(
     env: dict[str, str] | None = None,
 ) -> ServerHandle:
     """Run `argv` (a server accepting `--port-file`) and wait until its /health answers."""
-    if log_path:
-        log = Path(log_path)
-    else:
-        fd, name = tempfile.mkstemp(prefix="swefleet-server-", suffix=".log")
-        os.close(fd)
-        log = Path(name)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    port_file = Path(tempfile.mkdtemp(prefix="swefleet-port-")) / "port"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [*argv, "--port-file", str(port_file)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - a kill -9 of the parent must not orphan it
-            env={**os.environ, **(env or {})},
-        )
-    handle = ServerHandle(proc, "", 0, log)
-    deadline = time.monotonic() + startup_timeout_s
-    try:
-        handle.port = _wait_port(proc, port_file, deadline, log)
-        handle.url = f"http://{host}:{handle.port}"
-        _wait_healthy(handle, deadline)
-    except BaseException:
-        handle.stop(grace_s=2.0)
-        raise
-    finally:
-        port_file.unlink(missing_ok=True)
-        port_file.parent.rmdir()
+    handle = spawn_server(
+        argv, host=host, log_path=log_path, env={**os.environ, **(env or {})}
+    )
+    wait_ready(handle, startup_timeout_s)
     return handle
 
 
@@ -134,11 +172,11 @@ def _wait_port(proc: subprocess.Popen, port_file: Path, deadline: float, log: Pa
     return int(port_file.read_text())
 
 
-def _wait_healthy(handle: ServerHandle, deadline: float) -> None:
+def _wait_route(handle: ServerHandle, route: str, deadline: float) -> None:
     with httpx.Client(trust_env=False, timeout=2.0) as http:
         while True:
             try:
-                if http.get(f"{handle.url}/health").status_code == 200:
+                if http.get(f"{handle.url}{route}").status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -157,11 +195,10 @@ def _check_running(proc: subprocess.Popen, log: Path, deadline: float) -> None:
         )
 
 
-def start_embedded_server(
+def embedded_argv(
     model_dir: str | Path,
     port: int = 0,
     device: str = "cpu",
-    log_path: str | Path | None = None,
     *,
     host: str = "127.0.0.1",
     dtype: str = "auto",
@@ -169,16 +206,15 @@ def start_embedded_server(
     max_queue: int = 0,
     policy_version: int = 0,
     threads: int = 0,
-    startup_timeout_s: float = 300.0,
     kv_mode: str = "auto",
     kv_capacity: int = 0,
     cuda_graphs: bool = True,
     served_model_name: str = "",
     prefix_cache_mb: float = 1024.0,
-) -> ServerHandle:
-    """Start `python -m inference.engine.server` on `model_dir` and wait until it is healthy;
-    it serves `served_model_name` (empty: the directory's name) and 404s any other `model`."""
-    argv = [
+    gpu_memory_fraction: float | None = None,
+) -> list[str]:
+    """The `python -m inference.engine.server` command (without `--port-file`)."""
+    return [
         sys.executable,
         "-m",
         "inference.engine.server",
@@ -208,48 +244,67 @@ def start_embedded_server(
         *(["--served-model-name", served_model_name] if served_model_name else []),
         "--prefix-cache-mb",
         str(prefix_cache_mb),
+        *(["--gpu-memory-fraction", str(gpu_memory_fraction)] if gpu_memory_fraction else []),
     ]
+
+
+def start_embedded_server(
+    model_dir: str | Path,
+    port: int = 0,
+    device: str = "cpu",
+    log_path: str | Path | None = None,
+    *,
+    startup_timeout_s: float = 300.0,
+    **engine: object,
+) -> ServerHandle:
+    """Start `python -m inference.engine.server` on `model_dir` and wait until it is healthy;
+    it serves `served_model_name` (empty: the directory's name) and 404s any other `model`.
+    `engine`: the keyword settings of `embedded_argv`."""
+    argv = embedded_argv(model_dir, port, device, **engine)  # type: ignore[arg-type]
+    host = str(engine.get("host", "127.0.0.1"))
     return start_server(argv, host=host, log_path=log_path, startup_timeout_s=startup_timeout_s)
 
 
-def start_configured_server(
-    model_dir: str | Path, config: InferenceConfig, log_path: str | Path | None, index: int = 0
-) -> ServerHandle:
-    """The `index`-th embedded server with every engine setting taken from `config`; it serves
+def configured_argv(
+    model_dir: str | Path,
+    config: InferenceConfig,
+    *,
+    port: int = 0,
+    device: str | None = None,
+    policy_version: int = 0,
+    gpu_memory_fraction: float | None = None,
+) -> list[str]:
+    """An embedded server's command with every engine setting taken from `config`; it serves
     `config.model_name`, the name the fleet client sends."""
-    return start_embedded_server(
+    return embedded_argv(
         model_dir,
-        config.port + index if config.port else 0,
-        config.device,
-        log_path,
+        port,
+        config.device if device is None else device,
         host=config.host,
         dtype=config.dtype,
         max_batch_size=config.max_batch_size,
         max_queue=config.max_queue,
+        policy_version=policy_version,
         threads=config.cpu_threads,
-        startup_timeout_s=config.startup_timeout_s,
         kv_mode=config.kv_mode,
         kv_capacity=config.kv_capacity,
         cuda_graphs=config.cuda_graphs,
         served_model_name=config.model_name,
         prefix_cache_mb=config.prefix_cache_mb,
+        gpu_memory_fraction=gpu_memory_fraction,
     )
 
 
-def start_embedded_fleet(
-    model_dir: str | Path, config: InferenceConfig, log_dir: str | Path
-) -> list[ServerHandle]:
-    """`config.num_servers` embedded servers (ports from `config.port`, 0: free ones)."""
-    handles: list[ServerHandle] = []
-    try:
-        for i in range(config.num_servers):
-            log = Path(log_dir) / f"server-{i}.log"
-            handles.append(start_configured_server(model_dir, config, log, i))
-    except BaseException:
-        for handle in handles:
-            handle.stop()
-        raise
-    return handles
+def start_configured_server(
+    model_dir: str | Path, config: InferenceConfig, log_path: str | Path | None, index: int = 0
+) -> ServerHandle:
+    """The `index`-th embedded server with every engine setting taken from `config` (tests and
+    tools; `swefleet rl`/`eval` launch their fleet with `inference.fleet_launch`)."""
+    port = config.port + index if config.port else 0
+    argv = configured_argv(model_dir, config, port=port)
+    return start_server(
+        argv, host=config.host, log_path=log_path, startup_timeout_s=config.startup_timeout_s
+    )
 
 
 def start_scripted_server(

@@ -91,6 +91,11 @@ class ServerState:
     """Prefix-cache counters from `/metrics` (None: not exposed or never scraped)."""
     idle: IdleClock = field(default_factory=IdleClock)
     """Time with none of our requests in flight (`infer/idle_fraction`)."""
+    in_service: bool = True
+    """False while the server is restarted or after it was given up (`inference/supervisor.py`):
+    no request is routed to it, no weight update sent."""
+    restarting: bool = False
+    """Being restarted: a request finding no server in service waits for it (in its deadline)."""
 
     def live(self, now: float) -> bool:
         return self.down_until <= now
@@ -132,9 +137,10 @@ class Router:
         self._turn = 0
 
     def eligible(self, min_version: int) -> list[ServerState]:
+        servers = [s for s in self.servers if s.in_service]
         if min_version <= 0:
-            return list(self.servers)
-        return [s for s in self.servers if s.version is not None and s.version >= min_version]
+            return servers
+        return [s for s in servers if s.version is not None and s.version >= min_version]
 
     def pick(
         self, episode_id: str, min_version: int, tried: set[str], now: float

@@ -13,10 +13,15 @@ one chunk per token (`--token-delay-s` apart), the last with `finish_reason` and
 extras, a usage chunk with `stream_options.include_usage`, `data: [DONE]`; a `--hang-token`
 request then sends its headers and never a token.
 
-With `--kv-capacity N` `/metrics` also exposes vLLM's `vllm:kv_cache_usage_perc` as
+With `--served-model-name NAME`, GET /v1/models lists NAME (vLLM's readiness route; tests of
+launched "vLLM" servers). With `--kv-capacity N` `/metrics` also exposes vLLM's `vllm:kv_cache_usage_perc` as
 min(1, requests in flight / N), for the fleet's adaptive concurrency. vLLM 0.26's dev routes
 used for weight updates are emulated: `/pause`, `/resume`, and `/collective_rpc` with method
-`update_weights_from_path` (args `[path, version]`; answers `{"results": ["<version>"]}`).
+`update_weights_from_path` (args `[path, version]`; answers `{"results": ["<version>"]}`), and
+the routes of vLLM's weight-transfer engine (`GET /get_world_size`, `POST
+/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights {"update_info"}`,
+`/finish_weight_update`: bodies and call order checked as vLLM does, nothing received; `GET
+/weight_transfer` lists the calls, pause/resume included, in order).
 
 With `--prefix-cache`, a prefix cache is emulated (16-token blocks, keyed by `cache_salt`) and
 `/metrics` exposes vLLM 0.26's counters `vllm:prefix_cache_queries_total` and
@@ -46,6 +51,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from pydantic import ValidationError
 
 from inference.serving import serve
 from inference.wire import (
@@ -198,6 +204,22 @@ async def pull_blocks(params: dict, prompt: list[int]) -> None:
         raise HTTPException(400, "pulled KV blocks do not match this request's prompt")
 
 
+#: vLLM 0.26.0's NCCLWeightTransferInitInfo / NCCLWeightTransferUpdateInfo fields
+#: (vllm/distributed/weight_transfer/nccl_common.py, nccl_engine.py): it refuses others
+INIT_INFO_FIELDS = {"master_address", "master_port", "rank_offset", "world_size"}
+UPDATE_INFO_REQUIRED = {"names", "dtype_names", "shapes"}
+UPDATE_INFO_FIELDS = UPDATE_INFO_REQUIRED | {
+    "packed", "packed_buffer_size_bytes", "packed_num_buffers"}
+
+
+def _check_fields(what: str, info: Any, allowed: set[str], required: set[str]) -> None:
+    """vLLM builds the dataclass from the dict: an unknown or a missing field fails."""
+    fields = set(info) if isinstance(info, dict) else set()
+    if not isinstance(info, dict) or fields - allowed or required - fields:
+        raise HTTPException(500, f"Invalid {what}: fields {sorted(fields)}, expected "
+                                 f"{sorted(allowed)}")
+
+
 def create_app(
     delay_s: float = 0.0,
     policy_version: int = 0,
@@ -207,11 +229,14 @@ def create_app(
     role: str = "both",
     prefix_cache: bool = False,
     token_delay_s: float = 0.0,
+    served_model_name: str = "",
+    world_size: int = 1,
 ) -> FastAPI:
     app = FastAPI(title="swefleet scripted server")
     state = {"version": policy_version, "completions": 0, "delay_s": delay_s}
     load = {"in_flight": 0, "peak": 0, "paused": 0, "resumed": 0}
     salts: dict[str, int] = {}
+    transfer_calls: list[str] = []
     cache = PrefixCache() if prefix_cache else None
     kv = {"held": {}, "prefills": 0, "pulls": 0, "decodes": 0, "last_params": None}
 
@@ -292,9 +317,15 @@ def create_app(
         return HealthResponse(policy_version=state["version"], model="scripted")
 
     @app.post("/update_weights")
-    async def update_weights(body: UpdateWeightsRequest) -> UpdateWeightsResponse:
-        state["version"] = body.version
-        return UpdateWeightsResponse(policy_version=body.version)
+    async def update_weights(body: dict) -> Any:
+        if "update_info" in body:  # vLLM's weight-transfer route (below)
+            return transfer_update(body)
+        try:
+            request = UpdateWeightsRequest.model_validate(body)
+        except ValidationError as exc:
+            raise HTTPException(400, str(exc.errors())) from exc
+        state["version"] = request.version
+        return UpdateWeightsResponse(policy_version=request.version)
 
     @app.get("/stats")
     async def stats() -> dict:
@@ -324,17 +355,86 @@ def create_app(
             text += f"vllm:prefix_cache_hits_total{labels} {float(cache.hits)}\n"
         return PlainTextResponse(text)
 
+    if served_model_name:
+
+        @app.get("/v1/models")
+        async def models() -> dict:
+            card = {"id": served_model_name, "object": "model", "max_model_len": MAX_MODEL_LEN}
+            return {"object": "list", "data": [card]}
+
     # ---- vLLM 0.26 dev routes used by the fleet client (server_api="vllm") ----
 
     @app.post("/pause")
     async def pause(mode: str = "abort") -> dict:
         load["paused"] += 1
+        transfer_calls.append(f"pause?mode={mode}")
         return {"status": "paused", "mode": mode}
 
     @app.post("/resume")
     async def resume() -> dict:
         load["resumed"] += 1
+        transfer_calls.append("resume")
         return {"status": "resumed"}
+
+    # vLLM 0.26's weight-transfer engine routes (--weight-transfer-config, NCCL backend):
+    # bodies checked as vllm/entrypoints/serve/dev/rlhf/api_router.py and the worker check them;
+    # nothing is received (no group is joined); the calls are recorded in order in /stats
+    transfer: dict[str, Any] = {"init_info": None, "session": False, "update_info": None}
+
+    def transfer_call(name: str, *, needs_init: bool = True) -> None:
+        transfer_calls.append(name)
+        if needs_init and transfer["init_info"] is None:
+            raise HTTPException(500, "NCCL weight transfer not initialized. "
+                                     "Call init_transfer_engine() first.")
+
+    def transfer_update(body: dict) -> dict:
+        transfer_call("update_weights")
+        info = body["update_info"]
+        _check_fields("update_info", info, UPDATE_INFO_FIELDS, UPDATE_INFO_REQUIRED)
+        if not transfer["session"]:
+            raise HTTPException(500, "start_weight_update must be called before update_weights.")
+        if not len(info["names"]) == len(info["dtype_names"]) == len(info["shapes"]):
+            raise HTTPException(500, "`dtype_names` and `shapes` should be of the same size as "
+                                     "`names`")
+        transfer["update_info"] = info
+        return {"message": "Weights updated"}
+
+    @app.get("/get_world_size")
+    async def get_world_size(include_dp: bool = True) -> dict:
+        return {"world_size": world_size}
+
+    @app.post("/init_weight_transfer_engine")
+    async def init_weight_transfer_engine(body: dict) -> dict:
+        transfer_call("init_weight_transfer_engine", needs_init=False)
+        info = body.get("init_info")
+        if info is None:
+            raise HTTPException(400, "Missing 'init_info' in request body")
+        _check_fields("init_info", info, INIT_INFO_FIELDS, INIT_INFO_FIELDS)
+        transfer["init_info"] = info
+        return {"message": "Weight transfer initialized"}
+
+    @app.post("/start_weight_update")
+    async def start_weight_update() -> dict:
+        transfer_call("start_weight_update")
+        if transfer["session"]:
+            raise HTTPException(500, "start_weight_update called while a weight update is "
+                                     "already active. Call finish_weight_update first.")
+        transfer["session"] = True
+        return {"message": "Weight update started"}
+
+    @app.post("/finish_weight_update")
+    async def finish_weight_update() -> dict:
+        transfer_call("finish_weight_update")
+        if not transfer["session"]:
+            raise HTTPException(500, "finish_weight_update called without a matching "
+                                     "start_weight_update.")
+        transfer["session"] = False
+        return {"message": "Weight update finished"}
+
+    @app.get("/weight_transfer")
+    async def weight_transfer_state() -> dict:
+        """(test seam) The emulated engine's state and the calls so far, in order."""
+        return {**transfer, "calls": transfer_calls}
 
     @app.post("/collective_rpc")
     async def collective_rpc(body: dict) -> dict:
@@ -381,6 +481,17 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="emulate a prefix cache and expose vllm:prefix_cache_{queries,hits}_total",
     )
+    p.add_argument(
+        "--served-model-name",
+        default="",
+        help="list this model on GET /v1/models (as vLLM; requests are not checked against it)",
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="workers the emulated vLLM reports on GET /get_world_size (weight transfer)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level="INFO")
     serve(
@@ -393,6 +504,8 @@ def main(argv: list[str] | None = None) -> None:
             args.role,
             args.prefix_cache,
             args.token_delay_s,
+            args.served_model_name,
+            args.world_size,
         ),
         args.host,
         args.port,

@@ -30,7 +30,10 @@ Mapping of the features (0.26.0 names):
 - router replay: `--enable-return-routed-experts` (choices carry `routed_experts`);
 - weights: `--worker-extension-cls inference.vllm_worker.SwefleetWorkerExtension` and
   `VLLM_SERVER_DEV_MODE=1`, which mounts vLLM's own `/collective_rpc`, `/pause`, `/resume`;
-  the fleet client calls `update_weights_from_path(path, version)` through `/collective_rpc`.
+  the fleet client calls `update_weights_from_path(path, version)` through `/collective_rpc`;
+  `--weight-transfer-config {"backend":"nccl"}` builds vLLM's NCCL weight-transfer engine on every
+  worker (its `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`,
+  `/finish_weight_update` routes: weight sync by broadcast, `inference/weight_sync.py`).
 
 Light module: pydantic only.
 """
@@ -38,6 +41,7 @@ Light module: pydantic only.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -48,8 +52,20 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 VLLM_VERSION = "0.26.0"
 WORKER_EXTENSION = "inference.vllm_worker.SwefleetWorkerExtension"
+#: `--weight-transfer-config` of every profile: vLLM's NCCL weight-transfer engine
+WEIGHT_TRANSFER_CONFIG = {"backend": "nccl"}
 #: environment every profile needs: the dev routes (/collective_rpc, /pause, /resume)
 SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+#: defaults of every server a run launches (the environment or `inference.vllm.env` may override):
+#: no NVLink multicast (NVLS/symmetric memory), no FlashInfer sampler, no usage reporting
+LAUNCH_ENV_DEFAULTS = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "TVM_FFI_DISABLE_TORCH_C_DLPACK": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+}
 
 
 class KVOffloadConfig(BaseModel):
@@ -95,17 +111,12 @@ class DisaggConfig(BaseModel):
     """`VLLM_NIXL_SIDE_CHANNEL_PORT` of the first server; each next server takes the next one."""
 
 
-class VLLMConfig(BaseModel):
-    """One vLLM server (or one pool of identical servers) of the rollout fleet."""
+class VLLMEngineArgs(BaseModel):
+    """Engine settings of a vLLM server, shared by a standalone profile (`VLLMConfig`) and the
+    servers a run launches (`VLLMLaunch`, `inference.vllm`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str
-    """HF repo id or local checkpoint directory."""
-    served_model_name: str = ""
-    """`model` name clients send; empty: vLLM uses `model`."""
-    host: str = "127.0.0.1"
-    """Interface the server binds to."""
     tensor_parallel_size: int = Field(1, ge=1)
     """GPUs one model replica is sliced over."""
     data_parallel_size: int = Field(1, ge=1)
@@ -130,8 +141,6 @@ class VLLMConfig(BaseModel):
     (Qwen3: factor 4.0 over 32768 for 131072); None: no override."""
     yarn_original_max_position_embeddings: int = Field(32768, ge=1)
     """Native window YaRN scales from."""
-    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
-    """Fraction of each GPU vLLM may take (weights + activations + KV cache)."""
     max_num_seqs: int = Field(512, ge=1)
     """Most sequences scheduled in one step."""
     max_num_batched_tokens: int | None = Field(None, ge=1)
@@ -146,19 +155,55 @@ class VLLMConfig(BaseModel):
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
     """KV offloading GPU -> CPU (-> disk)."""
-    disagg: DisaggConfig | None = None
-    """Disaggregated prefill/decode pools; None: every server does both phases."""
     extra_args: list[str] = Field(default_factory=list)
     """Appended verbatim (unverified) after the generated arguments."""
 
     @model_validator(mode="after")
-    def _checks(self) -> VLLMConfig:
+    def _engine_checks(self) -> VLLMEngineArgs:
         if self.enable_eplb and not self.enable_expert_parallel:
             raise ValueError("enable_eplb needs enable_expert_parallel")
-        if self.return_routed_experts and (self.kv_offload.enabled or self.disagg):
+        if self.return_routed_experts and self.kv_offload.enabled:
             # external KV hits carry no routing decisions (prime-rl rejects the same combination)
             raise ValueError("return_routed_experts is incompatible with kv_offload and disagg")
         return self
+
+    @property
+    def gpus_per_server(self) -> int:
+        """GPUs one server occupies: TP x DP."""
+        return self.tensor_parallel_size * self.data_parallel_size
+
+
+class VLLMConfig(VLLMEngineArgs):
+    """One vLLM server (or one pool of identical servers) of the rollout fleet."""
+
+    model: str
+    """HF repo id or local checkpoint directory."""
+    served_model_name: str = ""
+    """`model` name clients send; empty: vLLM uses `model`."""
+    host: str = "127.0.0.1"
+    """Interface the server binds to."""
+    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
+    """Fraction of each GPU vLLM may take (weights + activations + KV cache)."""
+    disagg: DisaggConfig | None = None
+    """Disaggregated prefill/decode pools; None: every server does both phases."""
+
+    @model_validator(mode="after")
+    def _checks(self) -> VLLMConfig:
+        if self.return_routed_experts and self.disagg:
+            raise ValueError("return_routed_experts is incompatible with kv_offload and disagg")
+        return self
+
+
+class VLLMLaunch(VLLMEngineArgs):
+    """The `vllm serve` servers `swefleet rl`/`eval` start (`inference.kind = "vllm"`): the
+    engine settings above; the model (the run's checkpoint, later its latest weights), host,
+    port, served name (`inference.model_name`) and GPU memory share
+    (`inference.gpu_memory_fraction`) come from the run."""
+
+    executable: str = ""
+    """The `vllm` command; empty: `vllm` next to this Python interpreter, else on PATH."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment of every server (over the process's own and the launch defaults)."""
 
 
 def _rope_override(cfg: VLLMConfig) -> dict:
@@ -252,6 +297,9 @@ def serve_args(cfg: VLLMConfig, port: int) -> list[str]:
     # logprobs of the sampled tokens under the raw model distribution (what the trainer compares)
     a += ["--logprobs-mode", "raw_logprobs", "--max-logprobs", str(cfg.max_logprobs)]
     a += ["--worker-extension-cls", WORKER_EXTENSION]
+    # vLLM's own NCCL weight-transfer engine: receives the trainer's broadcasts (weight_sync
+    # "nccl", inference/weight_sync.py); idle until the fleet calls /init_weight_transfer_engine
+    a += ["--weight-transfer-config", json.dumps(WEIGHT_TRANSFER_CONFIG, separators=(",", ":"))]
     connector = kv_transfer_config(cfg)
     if cfg.kv_offload.enabled and connector is None:
         a += ["--kv-offloading-size", str(cfg.kv_offload.cpu_gib)]
@@ -277,6 +325,51 @@ def serve_command(
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = cfg.host
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(cfg.disagg.side_channel_base_port + index)
     return argv, env
+
+
+def launch_profile(
+    launch: VLLMLaunch,
+    model: str | Path,
+    *,
+    served_model_name: str,
+    host: str,
+    gpu_memory_utilization: float,
+) -> VLLMConfig:
+    """The profile of one launched server: `launch`'s engine settings on `model`."""
+    engine = launch.model_dump(exclude={"executable", "env"})
+    return VLLMConfig(
+        model=str(model),
+        served_model_name=served_model_name,
+        host=host,
+        gpu_memory_utilization=gpu_memory_utilization,
+        **engine,
+    )
+
+
+def launch_env(
+    profile_env: dict[str, str], extra: dict[str, str], gpus: Sequence[int]
+) -> dict[str, str]:
+    """Full environment of a launched server: this process's, the profile's, `extra`
+    (`inference.vllm.env`), its GPUs (CUDA_VISIBLE_DEVICES; none: inherited) and the
+    `LAUNCH_ENV_DEFAULTS` where nothing above set them."""
+    env = {**os.environ, **profile_env, **extra}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    for key, value in LAUNCH_ENV_DEFAULTS.items():
+        env.setdefault(key, value)
+    return env
+
+
+def missing_executable(executable: str) -> str | None:
+    """Why `executable` (empty: the default `vllm`) cannot run, or None when it can."""
+    path = executable or vllm_executable()
+    found = shutil.which(path) if "/" not in path else (path if Path(path).is_file() else None)
+    if found and os.access(found, os.X_OK):
+        return None
+    where = f"{executable!r} is not an executable file" if executable else (
+        f"no `vllm` next to {sys.executable} or on PATH")
+    return (f"kind='vllm' needs vLLM {VLLM_VERSION} installed (pip install 'swefleet[vllm]') "
+            f"or inference.vllm.executable set: {where}")
 
 
 def disaggregated_profiles(cfg: VLLMConfig) -> tuple[VLLMConfig, VLLMConfig]:

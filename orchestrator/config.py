@@ -36,6 +36,12 @@ class OrchestratorConfig(BaseModel):
     """Abort after this many consecutive steps whose batch had no trainable sample."""
     weights_timeout_s: float = Field(600.0, gt=0)
     """How long to wait for the trainer to publish new weights before failing the run."""
+    keep_weights: int = Field(3, ge=0)
+    """Published weight versions kept on disk: once a version is served, versions older than
+    the newest `keep_weights` are deleted (`orchestrator/retention.py`); 0 keeps every one."""
+    keep_weights_every: int = Field(10, ge=0)
+    """Besides the newest ones, keep every version divisible by this (for evaluating
+    checkpoints later); 0 keeps none of the older ones."""
     gpu_hour_price: float = Field(0.0, ge=0)
     """Price of one GPU-hour (or one machine-hour on CPU), for cost per rollout."""
     currency: str = "USD"

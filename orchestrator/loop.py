@@ -25,12 +25,18 @@ from orchestrator.advantages import batch_samples
 from orchestrator.config import OrchestratorConfig
 from orchestrator.metrics import cost_metrics, rollout_metrics, rollouts_dropped
 from orchestrator.resume import ResumePoint
+from orchestrator.retention import prune_weights
 from orchestrator.rollout import RolloutFn, RolloutHandle
 from swefleet.batch import pack_samples, write_batch
+from swefleet.filewatch import FileWatch
 from swefleet.rundir import RunDir, append_jsonl
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 log = logging.getLogger(__name__)
+
+HEALTH_CHECK_S = 1.0
+"""While waiting for the trainer's next weights: how often to ask whether it is still alive
+(also the backstop re-check of the weights file where no inotify event comes)."""
 
 
 class RunAborted(RuntimeError):
@@ -180,29 +186,40 @@ class RLLoop:
 
     # ---------------------------------------------------------------- weights
     async def _watch_weights(self) -> None:
-        while True:
-            nxt = self.run_dir.weights_path(self.state.served_version + 1)
-            if not nxt.exists():
-                # the trainer exits (code 0) once it has published the last version
-                problem = self.health() if self.state.served_version < self.cfg.steps else None
-                if problem and not nxt.exists():  # not published just before it exited
-                    raise RunAborted(problem)
-                await asyncio.sleep(0.2)
-                continue
-            t0 = time.monotonic()
-            await self.update_weights(self.state.served_version + 1, nxt)
-            async with self.version_changed:
-                self.state.served_version += 1
-                self.version_changed.notify_all()
-            self.last_weight_sync_s = time.monotonic() - t0
-            append_jsonl(self.run_dir.root / "weights.jsonl", {
-                "version": self.state.served_version,
-                "served_at_s": time.monotonic() - self.started_at,
-                "sync_s": self.last_weight_sync_s,
-            })
-            log.info("serving policy v%d (sync %.2fs)", self.state.served_version,
-                     self.last_weight_sync_s)
-            self._drop_stale_in_flight()
+        with FileWatch(backstop_s=HEALTH_CHECK_S) as watch:
+            while True:
+                version = self.state.served_version + 1
+                await self._await_published(watch, version)
+                await self._serve(version, self.run_dir.weights_path(version))
+
+    async def _await_published(self, watch: FileWatch, version: int) -> None:
+        """Until the trainer renames `version` into place: woken by that rename (inotify), not
+        by a timer. Every HEALTH_CHECK_S meanwhile the trainer's health is checked (a dead one
+        fails the run) and where to look is asked again (`RunDir.weights_path`)."""
+        while not await watch.wait_async(self.run_dir.weights_path(version),
+                                         timeout_s=HEALTH_CHECK_S):
+            # the trainer exits (code 0) once it has published the last version
+            problem = self.health() if self.state.served_version < self.cfg.steps else None
+            if problem and not self.run_dir.weights_path(version).exists():  # not published
+                raise RunAborted(problem)  # just before the trainer exited
+
+    async def _serve(self, version: int, path: Path) -> None:
+        t0 = time.monotonic()
+        await self.update_weights(version, path)
+        async with self.version_changed:
+            self.state.served_version += 1
+            self.version_changed.notify_all()
+        self.last_weight_sync_s = time.monotonic() - t0
+        append_jsonl(self.run_dir.root / "weights.jsonl", {
+            "version": self.state.served_version,
+            "served_at_s": time.monotonic() - self.started_at,
+            "sync_s": self.last_weight_sync_s,
+        })
+        log.info("serving policy v%d (sync %.2fs)", self.state.served_version,
+                 self.last_weight_sync_s)
+        self._drop_stale_in_flight()
+        await asyncio.to_thread(prune_weights, self.run_dir.weights, self.state.served_version,
+                                self.cfg.keep_weights, self.cfg.keep_weights_every)
 
     def _drop_stale_in_flight(self) -> None:
         limit = self.state.served_version - self.cfg.max_off_policy_steps

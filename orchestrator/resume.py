@@ -48,6 +48,7 @@ def contiguous_count(exists) -> int:
 def find_resume_point(run_dir: RunDir) -> ResumePoint:
     steps = contiguous_count(lambda i: run_dir.batch_path(i).exists())
     version = contiguous_count(lambda v: run_dir.weights_path(v + 1).exists())
+    version = run_dir.reloadable_version(version)  # broadcast versions are gone with the servers
     consumed: set[str] = set()
     for i in range(steps):
         _, meta = read_batch(run_dir.batch_path(i))

@@ -1,8 +1,9 @@
 """`swefleet rl`: wire the rooms together for one run and clean up whatever happens.
 
-Order: run dir + resolved config -> images -> tasks -> model -> inference server -> trainer
-process -> farm/grader -> RL loop -> summary. On Ctrl-C, a crash or normal exit: in-flight episodes
-are cancelled, the run's containers removed, the server and trainer stopped.
+Order: run dir + resolved config -> images -> tasks -> model -> inference fleet (the topology's
+servers, supervised: `swefleet/servers.py`) -> trainer process -> farm/grader -> RL loop ->
+summary. On Ctrl-C, a crash or normal exit: in-flight episodes are cancelled, the run's
+containers removed (environment `swe`), the servers and trainer stopped.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def run_rl(cfg: RunConfig) -> int:
                       cfg.model_dump(mode="json"))
     run_id = f"{cfg.name}-{uuid.uuid4().hex[:8]}"
     log.info("run %s -> %s", run_id, run_dir.root)
-    from envs.reaper import remove_run_containers
+    from inference.supervisor import NoServersLeft
     from orchestrator.loop import RunAborted
 
     try:
@@ -38,13 +39,16 @@ def run_rl(cfg: RunConfig) -> int:
     except (KeyboardInterrupt, asyncio.CancelledError):
         log.warning("interrupted: in-flight episodes cancelled, containers and processes stopped")
         return 130
-    except RunAborted as e:
+    except (RunAborted, NoServersLeft) as e:
         log.error("run aborted: %s\nstart the same command again to resume from %s", e, out)
         return 1
     finally:
-        n = remove_run_containers(run_id)
-        if n:
-            log.info("removed %d leftover containers of %s", n, run_id)
+        if cfg.environment == "swe":  # the only environment with containers (and Docker)
+            from envs.reaper import remove_run_containers
+
+            n = remove_run_containers(run_id)
+            if n:
+                log.info("removed %d leftover containers of %s", n, run_id)
 
 
 def prepare_model(cfg: RunConfig, run_dir: RunDir) -> Path:
@@ -79,8 +83,6 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
 
     from agents.config import fit_context_budget
     from agents.tokenizer import Tokenizer
-    from inference.fleet import FleetClient
-    from inference.launch import start_configured_server
     from orchestrator.loop import RLLoop
     from orchestrator.resume import find_resume_point
     from orchestrator.summary import print_step, print_summary
@@ -90,6 +92,8 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         stop_trainer,
         trainer_problem,
     )
+    from orchestrator.weight_sync import weight_sync_job
+    from swefleet.servers import open_fleet
     from swefleet.sinks import MetricSinks
 
     t0 = time.monotonic()
@@ -102,20 +106,19 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             log.info("resuming at step %d, policy v%d, %d finished groups not yet trained on",
                      resume.step, resume.version, len(resume.pending))
         log.info("%d tasks, model %s (setup %.1fs)", len(tasks), model_dir, time.monotonic() - t0)
-        # started from the main thread: the server dies with this process (die_with_parent)
-        server = start_configured_server(model_dir, cfg.inference, run_dir.logs / "server.log")
-        stack.push_async_callback(asyncio.to_thread, server.stop)
+        # spawned from the main thread: the servers die with this process (die_with_parent);
+        # metrics scraped by default (infer/kv_hit_rate per step)
+        fleet, supervisor = await open_fleet(cfg, model_dir, run_dir.logs, stack,
+                                             scrape_metrics=True)
         if resume.version >= cfg.orchestrator.steps:
             log.info("all %d steps are done in %s", cfg.orchestrator.steps, run_dir.root)
             return 0
-        trainer = start_trainer(cfg, run_dir, model_dir)
+        trainer = start_trainer(cfg, run_dir, model_dir,
+                                await weight_sync_job(cfg, fleet, run_dir))
         stack.callback(stop_trainer, trainer)
         trainer_metrics = TrainerMetricsTail(run_dir)
-        scrape = cfg.inference.scrape_metrics is not False  # infer/kv_hit_rate per step
-        fleet = FleetClient([server.url], cfg.inference.model_copy(update={"scrape_metrics": scrape}))
-        stack.push_async_callback(fleet.aclose)
         if resume.version:
-            await fleet.update_weights(resume.version, run_dir.weights_path(resume.version))
+            await supervisor.update_weights(resume.version, run_dir.weights_path(resume.version))
         tokenizer = Tokenizer.from_dir(model_dir)
         agent = fit_context_budget(cfg.agent, await fleet.max_model_len())
         rollout = await _environment(cfg, agent, run_id, fleet, tokenizer, stack)
@@ -127,15 +130,23 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             print_step(record)
             sinks.write(record)
 
-        loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, fleet.update_weights,
+        loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, supervisor.update_weights,
                       on_step=on_step, health=lambda: trainer_problem(trainer, run_dir),
                       resume=resume,
-                      extra_metrics=lambda: {**fleet.metrics(), **trainer_metrics()})
-        records = await loop.run()
+                      extra_metrics=lambda: {**fleet.metrics(), **supervisor.metrics(),
+                                             **trainer_metrics()})
+        records = await supervisor.guard(loop.run())
         summary = print_summary(run_dir, records, time.monotonic() - t0,
                                 served_version=loop.state.served_version)
+        summary["servers"] = _server_counts(fleet)
         write_json_atomic(run_dir.root / "summary.json", summary)
     return 0
+
+
+def _server_counts(fleet) -> dict[str, dict]:
+    """Per server URL: the policy version it serves and its request counts over the run."""
+    keys = ("policy_version", "attempts", "completed", "failures", "tokens")
+    return {url: {k: snap[k] for k in keys} for url, snap in fleet.server_metrics().items()}
 
 
 def _tasks_for(cfg: RunConfig):

@@ -6,35 +6,100 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from swefleet.config import RunConfig
 from swefleet.procs import die_with_parent
 from swefleet.rundir import RunDir, read_jsonl, write_json_atomic
 
+if TYPE_CHECKING:  # the `[trainer]` table of the run config
+    from trainer.config import TrainerConfig
 
-def start_trainer(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> subprocess.Popen:
-    """The trainer is its own process; it reads batches and publishes weights (atomic files).
-    The job is the same for a fresh and a resumed run: the trainer resumes itself from its own
-    checkpoints and the weights already published."""
+
+#: NVLink multicast (NVLS) off unless the environment says otherwise: on GPUs shared with
+#: other jobs it can put the host's GPUs out of service
+TRAINER_ENV_DEFAULTS = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+def trainer_command(cfg: TrainerConfig, job_path: Path, log_dir: Path) -> list[str]:
+    """`python -m trainer.main` for one rank; for several, torchrun (this interpreter's, on a
+    loopback rendezvous) with one process per rank, each rank's output also kept in
+    `log_dir/<run id>/attempt_0/<rank>/` and copied to the console with a `[defaultN]:` prefix."""
+    main = ["-m", "trainer.main", "--config", str(job_path)]
+    if cfg.ranks == 1:
+        return [sys.executable, *main]
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={cfg.ranks}", f"--log-dir={log_dir}", "--tee=3", *main,
+    ]  # fmt: skip
+
+
+def trainer_env(cfg: TrainerConfig, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The trainer's environment: `base` (default: this process's) with its GPUs made visible,
+    NVLink multicast off and, for several ranks, the CPU threads split between them (each
+    unless `base` sets it)."""
+    env = {**TRAINER_ENV_DEFAULTS, **(os.environ if base is None else base)}
+    if cfg.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, cfg.gpus))
+    if cfg.ranks > 1 and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // cfg.ranks))
+    return env
+
+
+def start_trainer(
+    cfg: RunConfig, run_dir: RunDir, model_dir: Path, weight_sync: dict | None = None
+) -> subprocess.Popen:
+    """The trainer is its own process (`trainer.ranks` > 1: torchrun and its ranks); it reads
+    batches and publishes weights (atomic files). The job is the same for a fresh and a resumed
+    run: the trainer resumes itself from its own checkpoints and the weights already published.
+    Output goes to `logs/trainer.log`. The returned process (the trainer, or torchrun) leads its
+    own process group, dies with this process, and torchrun's ranks die with torchrun.
+    `weight_sync`: the job's broadcast section (`orchestrator.weight_sync.weight_sync_job`)."""
     job = {
         "model": str(model_dir), "batches_dir": str(run_dir.batches),
         "weights_dir": str(run_dir.weights), "start_version": 0,
         "max_steps": cfg.orchestrator.steps,
+        **({"weight_sync": weight_sync} if weight_sync else {}),
     }
     job_path = run_dir.root / "trainer_job.json"
     write_json_atomic(job_path, {**job, "trainer": cfg.trainer.model_dump(mode="json")})
+    cmd = trainer_command(cfg.trainer, job_path, run_dir.logs / "trainer_ranks")
     log_file = open(run_dir.logs / "trainer.log", "ab")  # noqa: SIM115 - owned by the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "trainer.main", "--config", str(job_path)],
-        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=die_with_parent,  # noqa: PLW1509 - started from the main thread, before any fork
+    return TrainerProcess(
+        cmd, lambda: run_dir.weights_path(cfg.orchestrator.steps).exists(),
+        env=trainer_env(cfg.trainer), stdout=log_file, stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent,  # started from the main thread, before any fork
     )
 
 
+class TrainerProcess(subprocess.Popen):
+    """The trainer process (or torchrun), and `finished()`: it has published its last version
+    and exits by itself (after saving its last checkpoint)."""
+
+    def __init__(self, cmd: list[str], finished: Callable[[], bool], **kwargs: Any) -> None:
+        super().__init__(cmd, **kwargs)
+        self.finished = finished
+
+
 def stop_trainer(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
+    """Stop the trainer: its process group gets SIGTERM (torchrun passes it on to its ranks;
+    each finishes its step), SIGKILL after `timeout_s` (torchrun's ranks die with it). A trainer
+    that has `finished()` gets `timeout_s` to exit by itself first."""
     if proc.poll() is not None:
         return
+    if getattr(proc, "finished", lambda: False)():
+        try:
+            proc.wait(timeout_s)
+            return
+        except subprocess.TimeoutExpired:
+            pass
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout_s)

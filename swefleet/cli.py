@@ -12,7 +12,7 @@ def _rl(args: argparse.Namespace) -> int:
     from orchestrator.run import run_rl
     from swefleet.config import load_config
 
-    cfg = load_config(args.config, args.set)
+    cfg = load_config(args.config, args.set, servers=args.server)
     if args.output_dir:
         cfg.output_dir = args.output_dir
     return run_rl(cfg)
@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--output-dir", default="", help="run directory (default runs/<name>-<time>)")
     rl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field, e.g. --set orchestrator.steps=3")
+    rl.add_argument("--server", action="append", default=[], metavar="URL",
+                    help="a running OpenAI-compatible server (repeat for several); replaces "
+                         "inference.servers, kind external")
     rl.set_defaults(func=_rl)
 
     ev = sub.add_parser("eval", help="evaluate an agent/checkpoint on a task set")
@@ -85,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--predictions", default="",
                     help="SWE-bench predictions file (JSONL/JSON) for --agent predictions")
     ev.add_argument("--model", default="", help="HF checkpoint dir served by the embedded engine")
-    ev.add_argument("--server", default="", help="URL of a running OpenAI-compatible server")
+    ev.add_argument("--server", action="append", default=[], metavar="URL",
+                    help="a running OpenAI-compatible server (repeat for several); replaces "
+                         "inference.servers, kind external")
     ev.add_argument("--config", default="", help="TOML config for agent/envs/inference sections")
     ev.add_argument("-k", type=int, default=1, help="attempts per task")
     ev.add_argument("--output-dir", required=True, help="writes report.json here")

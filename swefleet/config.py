@@ -28,9 +28,10 @@ class ModelConfig(BaseModel):
     """HF-format checkpoint directory. Empty: create the project's random-init model under the
     run directory (see `preset`)."""
     preset: str = "tiny"
-    """Size preset of the project-made model (`tiny`, `small`, or `tiny-moe`: a Qwen3-MoE whose
-    embedded engine returns routed experts, replayed by the trainer), used when `path` is empty
-    or does not exist yet."""
+    """Size preset of the project-made model (`swefleet/tinymodel.py`), used when `path` is empty
+    or does not exist yet: `tiny`, `small` (CPU), `tiny-moe` (a Qwen3-MoE whose servers return
+    routed experts, replayed by the trainer); GPU: `qwen3-0.6b` (the Qwen3-0.6B shape) and
+    `qwen3-moe-small` (12 layers of 64 experts, top 8)."""
     seed: int = 0
     """Seed of the random init."""
 
@@ -73,13 +74,40 @@ class RunConfig(BaseModel):
     orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Load a TOML config; `overrides` are `section.key=value` strings (TOML values). Bad input
-    (unreadable file, invalid UTF-8 or TOML, a bad override, a field that does not validate)
-    raises ValueError with one line that names the file and the field."""
-    path = Path(path)
+def load_config(
+    path: str | Path, overrides: list[str] | None = None, servers: list[str] | None = None
+) -> RunConfig:
+    """Load a TOML config (empty `path`: the defaults); `overrides` are `section.key=value`
+    strings (TOML values); `servers` (`--server URL`, repeatable) replace `inference.servers`
+    and make the fleet external. Bad input (unreadable file, invalid UTF-8 or TOML, a bad
+    override, a field that does not validate, roles that collide: `swefleet.topology`) raises
+    ValueError with one line that names the file and the field."""
+    from swefleet.topology import resolve_topology
+
+    data = _read_toml(Path(path)) if path else {}
+    path = path or "(defaults)"
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not of the form section.key=value")
+        _set_dotted(data, key.strip(), _parse_value(raw.strip()))
+    if servers:
+        _set_dotted(data, "inference.servers", list(servers))
+        _set_dotted(data, "inference.kind", "external")
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(f"{path}: " + "; ".join(_error_line(err) for err in e.errors())) from e
+    try:
+        resolve_topology(cfg)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+    return cfg
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise
     except OSError as e:
@@ -88,15 +116,6 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ValueError(f"{path}: not UTF-8 text (TOML must be UTF-8): {e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from e
-    for item in overrides or []:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} is not of the form section.key=value")
-        _set_dotted(data, key.strip(), _parse_value(raw.strip()))
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as e:
-        raise ValueError(f"{path}: " + "; ".join(_error_line(err) for err in e.errors())) from e
 
 
 def _error_line(err: dict) -> str:

@@ -10,10 +10,11 @@ import sys
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """`preexec_fn` for `subprocess.Popen`: the kernel sends SIGTERM to the child when the
-    thread that started it exits (Linux; a no-op elsewhere). Start children from the main thread."""
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """`preexec_fn` for `subprocess.Popen`: the kernel sends `sig` to the child when the
+    thread that started it exits (Linux; a no-op elsewhere). Start children from the main thread.
+    A process may also call it on itself, early (a parent already gone is not noticed)."""
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)

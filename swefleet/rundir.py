@@ -10,6 +10,7 @@
   drops.jsonl            one record per drop: reason, n, episode_ids (counters survive a resume)
   batches/step_NNNNNN.npz   hand-off to the trainer (atomic)
   weights/vNNNNNN/       HF checkpoints published by the trainer (atomic)
+  weights/vNNNNNN.nccl.json  a version broadcast to the servers instead (weight_sync = "nccl")
   model/                 the initial checkpoint when the project creates it
   logs/                  server and trainer logs
   summary.json           final summary
@@ -26,6 +27,8 @@ import uuid
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from swefleet.weight_transfer import MARKER_SUFFIX, marker_path
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,37 @@ class RunDir:
         return self.batches / f"step_{step:06d}.npz"
 
     def weights_path(self, version: int) -> Path:
-        return self.weights / f"v{version:06d}"
+        """Where policy `version` is published: the HF directory `weights/vNNNNNN/` or the
+        broadcast marker `weights/vNNNNNN.nccl.json` (`swefleet/weight_transfer.py`), whichever
+        exists (the directory first); when neither does yet, the one this run's trainer writes
+        (the marker when it broadcasts: it then writes one for every version)."""
+        directory = self.weights / f"v{version:06d}"
+        marker = marker_path(self.weights, version)
+        if directory.exists() or not (marker.exists() or self.broadcasts):
+            return directory
+        return marker
+
+    @property
+    def broadcasts(self) -> bool:
+        """This run's trainer publishes by broadcast: its job (`trainer_job.json`) has a
+        `weight_sync` section."""
+        try:
+            job = json.loads((self.root / "trainer_job.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return False
+        return job.get("weight_sync") is not None
+
+    def reloadable_version(self, through: int) -> int:
+        """The newest version <= `through` that is a directory (0: none), and the broadcast
+        markers after it removed: a broadcast version lived only in the servers of the run that
+        received it, so a restarted run serves that directory and the trainer publishes the
+        later versions again."""
+        version = next((v for v in range(through, 0, -1)
+                        if (self.weights / f"v{v:06d}").is_dir()), 0)
+        for marker in self.weights.glob(f"v*{MARKER_SUFFIX}"):
+            if int(marker.name[1:].removesuffix(MARKER_SUFFIX)) > version:
+                marker.unlink(missing_ok=True)
+        return version
 
 
 def default_output_dir(name: str) -> Path:

@@ -21,9 +21,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_trainer_ranks(config: Path, world: int = 2, **env_extra: str) -> list[subprocess.Popen]:
-    """`world` trainer processes on `config` (stdout + stderr captured as text). NVLink
-    multicast stays off unless the environment says otherwise."""
+def launch_trainer_ranks(config: Path, world: int = 2, module: str = "trainer.main",
+                         **env_extra: str) -> list[subprocess.Popen]:
+    """`world` processes of `python -m module --config config` (default: the trainer; stdout +
+    stderr captured as text). NVLink multicast stays off unless the environment says otherwise."""
     port = free_port()
     procs = []
     for rank in range(world):
@@ -38,7 +39,7 @@ def launch_trainer_ranks(config: Path, world: int = 2, **env_extra: str) -> list
             "WORLD_SIZE": str(world),
             **env_extra,
         }
-        cmd = [sys.executable, "-m", "trainer.main", "--config", str(config)]
+        cmd = [sys.executable, "-m", module, "--config", str(config)]
         procs.append(
             subprocess.Popen(
                 cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

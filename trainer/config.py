@@ -10,7 +10,9 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
+
+from swefleet.weight_transfer import TransferGroup
 
 
 class TrainerConfig(BaseModel):
@@ -86,6 +88,23 @@ class TrainerConfig(BaseModel):
     one does, in the tensor cores' reduced-precision accumulator (cuBLAS fast accumulation),
     instead of torchao's default for gradients, which promotes partial sums to fp32 as it goes.
     Faster backward, less accurate gradients; off by default; no effect without `float8`."""
+    ranks: int = Field(1, ge=1)
+    """Trainer processes (the trainer's world size). 1: one process; > 1: `swefleet rl` starts
+    `torchrun --standalone --nproc-per-node ranks` and FSDP2 shards the model over the ranks
+    (gloo on CPU, nccl on CUDA). A trainer started by another launcher (torchrun, Slurm) should
+    state its world size here too: `expert_parallel` is checked against it when the config
+    loads (at run time the launcher's WORLD_SIZE counts). Default: one rank per GPU of `gpus`
+    when they are set, else 1."""
+    gpus: list[NonNegativeInt] = []
+    """Physical GPU indices of the trainer (its CUDA_VISIBLE_DEVICES; rank i uses the i-th).
+    Setting them means `device = "cuda"` and one rank per GPU. Empty: the process's visible
+    GPUs (rank i on cuda:i) or the CPU, as `device` says."""
+    export_shard_mb: float = Field(2048, gt=0)
+    """Size bound of one safetensors file of a published version (MiB). A larger version is
+    published as `model-0000i-of-0000N.safetensors` + `model.safetensors.index.json`, gathered
+    and written one parameter at a time (no rank ever holds the whole model; rank 0 holds at
+    most one file's tensors); one that fits as `model.safetensors`. A single tensor larger than
+    the bound gets a file of its own."""
     expert_parallel: int = Field(1, ge=1)
     """Expert parallelism (Qwen3-MoE only): each MoE layer's experts are split by expert over
     this many ranks, borrowed from the FSDP ranks (torchtitan's dp2ep: no extra GPUs), and
@@ -107,11 +126,46 @@ class TrainerConfig(BaseModel):
     """Complete checkpoints kept; older ones are deleted after a new one is complete."""
     seed: int = 0
     """Seed for torch's RNGs."""
-    poll_interval_s: float = Field(0.2, gt=0)
-    """How often to look for the next batch file."""
+    batch_recheck_s: float = Field(2.0, gt=0)
+    """Backstop: re-check for the next batch file this often when no file event wakes the
+    trainer. The batch is normally picked up at its rename (an inotify event,
+    `swefleet/filewatch.py`); this interval matters only where no event comes: a batch written
+    by another node of a shared filesystem (NFS), where it bounds the hand-off delay."""
     batch_timeout_s: float | None = Field(3600.0, gt=0)
     """Give up (exit code 3) when the next batch does not appear within this many seconds;
     None waits forever."""
+
+    @model_validator(mode="after")
+    def _topology(self) -> TrainerConfig:
+        """`gpus` imply cuda and one rank per GPU; expert parallelism splits the ranks."""
+        if self.gpus:
+            if len(set(self.gpus)) != len(self.gpus):
+                raise ValueError(f"gpus={self.gpus} lists a GPU twice")
+            if self.device == "cpu":
+                raise ValueError(f"gpus={self.gpus} but device='cpu': use device cuda or auto")
+            if "ranks" not in self.model_fields_set:
+                self.ranks = len(self.gpus)
+            elif self.ranks != len(self.gpus):
+                raise ValueError(f"ranks={self.ranks} but gpus={self.gpus}: one rank per GPU "
+                                 "(leave ranks out to get one per listed GPU)")
+            self.device = "cuda"
+        if self.ranks % self.expert_parallel:
+            raise ValueError(f"expert_parallel={self.expert_parallel} must divide "
+                             f"ranks={self.ranks}")
+        return self
+
+
+class WeightSyncJob(BaseModel):
+    """Publish versions by broadcast to the inference workers (`trainer/weight_broadcast.py`)
+    instead of as HF directories; the orchestrator fills it in (`inference.weight_sync`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group: TransferGroup
+    """The weight-transfer group: the trainer is rank 0 and hosts its rendezvous store."""
+    bucket_mb: int = Field(1024, gt=0)
+    """Tensors are packed into broadcast buckets of about this many MiB (the most the trainer
+    and each receiver hold at once beyond the weights; vLLM's default is 1024)."""
 
 
 class TrainerJob(BaseModel):
@@ -137,6 +191,11 @@ class TrainerJob(BaseModel):
     None: `weights_dir/../trainer_checkpoints`."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """Algorithm and runtime knobs."""
+    weight_sync: WeightSyncJob | None = None
+    """Broadcast each new version to the inference workers (a `v{n:06d}.nccl.json` marker
+    announces it) instead of exporting it; HF directories are still written every
+    `trainer.checkpoint_every` steps and when stopping, for resume. None: every version is an
+    HF directory."""
 
 
 def checkpoint_dir(job: TrainerJob) -> Path:

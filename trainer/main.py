@@ -15,8 +15,10 @@ command restarts a crashed job where it left off (`trainer/checkpoint.py`). With
 checkpoint the trainer continues from the newest published version (weights only: the optimizer
 state starts afresh). A version that is already published is never rewritten.
 
-Several processes: under `torchrun --nproc-per-node N` the model is FSDP2-sharded over the N
-ranks (nccl on cuda, gloo on cpu); each trains a share of every batch, rank 0 writes files.
+Several processes: under `torchrun --nproc-per-node N` (what `swefleet rl` starts for
+`trainer.ranks = N`) the model is FSDP2-sharded over the N ranks (nccl on cuda, gloo on cpu);
+each trains a share of every batch, rank 0 writes files (weights streamed one parameter at a
+time into files of at most `export_shard_mb`: `trainer/export.py`). A rank dies with torchrun.
 With `expert_parallel` E > 1 (Qwen3-MoE) the experts are split by expert over E of those ranks.
 
 Exit codes: 0 after `max_steps` steps or on SIGTERM/SIGINT (a step in progress is finished and
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import resource
 import signal
 import sys
@@ -36,6 +39,7 @@ import time
 from pathlib import Path
 
 from swefleet.batch import batch_path, read_batch, weights_path
+from swefleet.filewatch import FileWatch
 from trainer.config import TrainerConfig, TrainerJob, load_job_file
 
 log = logging.getLogger("trainer")
@@ -86,14 +90,15 @@ class StopFlag:
 
 
 def wait_for_batch(path: Path, cfg: TrainerConfig, stop: StopFlag) -> bool:
-    """True once `path` exists; False if stopped first; BatchTimeout after batch_timeout_s."""
-    deadline = None if cfg.batch_timeout_s is None else time.monotonic() + cfg.batch_timeout_s
-    while not path.exists():
-        if deadline is not None and time.monotonic() > deadline:
-            raise BatchTimeout(f"no {path} after {cfg.batch_timeout_s} s")
-        if stop.event.wait(cfg.poll_interval_s):
-            return False
-    return True
+    """True once `path` exists; False if stopped first; BatchTimeout after batch_timeout_s.
+    Woken by the batch's rename (inotify), by SIGTERM/SIGINT, or by the `batch_recheck_s`
+    backstop (`swefleet.filewatch`)."""
+    with FileWatch(cfg.batch_recheck_s) as watch:
+        if watch.wait(path, cfg.batch_timeout_s, stop.event):
+            return True
+    if stop.event.is_set():
+        return False
+    raise BatchTimeout(f"no {path} after {cfg.batch_timeout_s} s")
 
 
 def auto_attention(device: str, compute_dtype: str) -> str:
@@ -256,16 +261,35 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _publish(job: TrainerJob, policy, step: int, path: Path) -> Path:
+def _publish(job: TrainerJob, policy, step: int, path: Path, broadcaster=None) -> Path:
     """Export version step + 1, unless it is already published (re-trained after a resume:
-    the published version, which inference may already use, is never replaced)."""
+    the published version, which inference may already use, is never replaced). With
+    `weight_sync` the version is broadcast instead (a marker announces it), except the ones
+    the broadcaster also exports (`WeightBroadcaster.exports`)."""
     from trainer.export import export_hf
 
     out = weights_path(job.weights_dir, step + 1)
     if out.exists():
         log.warning("%s is already published (re-trained after a resume); keeping it", out)
         return out
-    return export_hf(policy, out, {"version": step + 1, "step": step, "batch": str(path)})
+    if broadcaster is not None and not broadcaster.exports(step + 1):
+        return broadcaster.publish(policy, step + 1)[0]
+    meta = {"version": step + 1, "step": step, "batch": str(path)}
+    out = export_hf(policy, out, meta, shard_bytes=int(job.trainer.export_shard_mb * 2**20))
+    if broadcaster is not None:
+        broadcaster.announce_dir(step + 1, out)
+    return out
+
+
+def _export_on_stop(job: TrainerJob, policy, version: int, broadcaster) -> None:
+    """Broadcast versions live only in the servers: write the last one as a directory too, so
+    a resumed run (and its checkpoint, saved next) starts from it."""
+    from trainer.export import export_hf
+
+    out = weights_path(job.weights_dir, version)
+    if broadcaster is not None and version > job.start_version and not out.exists():
+        export_hf(policy, out, {"version": version, "step": version - 1},
+                  shard_bytes=int(job.trainer.export_shard_mb * 2**20))
 
 
 def _save(job: TrainerJob, policy, optimizer, step: int) -> None:
@@ -317,6 +341,9 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         job.batches_dir,
         step,
     )
+    from trainer.weight_broadcast import WeightBroadcaster
+
+    broadcaster = WeightBroadcaster.from_job(job, rank, newest_published(job.weights_dir) or 0)
     saved = step
     while not stop.event.is_set() and (end is None or step < end):
         path = batch_path(job.batches_dir, step)
@@ -339,7 +366,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         metrics["mfu"] = mfu_of(arrays["cu_seqlens"], step_s)
         if moe_timer is not None:
             metrics.update(moe_timer.take())
-        out = _publish(job, policy, step, path)
+        out = _publish(job, policy, step, path, broadcaster)
         export_s = time.monotonic() - t0 - step_s
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             _save(job, policy, optimizer, step + 1)
@@ -358,6 +385,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
                 step_s,
             )
         step += 1
+    _export_on_stop(job, policy, step, broadcaster)
     if cfg.checkpoint_every and saved != step:  # stopping: keep the progress since the last one
         _save(job, policy, optimizer, step)
     return 0
@@ -396,7 +424,20 @@ def _log_step(
         f.write(json.dumps(record) + "\n")
 
 
+def bind_to_torchrun() -> None:
+    """A torchrun rank dies (SIGKILL) with its torchrun agent: a rank whose agent is gone
+    could only hang in its next collective. torchrun itself stops its ranks on SIGTERM."""
+    from swefleet.procs import die_with_parent
+
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    die_with_parent(signal.SIGKILL)
+    if os.getppid() == 1:  # the agent died before the line above
+        raise SystemExit("trainer rank: its torchrun agent is gone")
+
+
 def main(argv: list[str] | None = None) -> int:
+    bind_to_torchrun()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s trainer %(levelname)s %(message)s")
     job = parse_job(argv)
     stop = StopFlag()
@@ -405,4 +446,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun rank: its error in torchrun's report
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        sys.exit(record(main)())
     sys.exit(main())

@@ -10,7 +10,9 @@ to torchtitan >= 0.3 (`ModelSpec`, `Configurable`) rewrites this file only; the 
   take: varlen metadata or a FlexAttention block mask, both from the sample boundaries),
 - `policy_logprobs(policy, tokens, positions, masks, rows, targets, ...)` (the forward, with the
   lm_head replaced by a chunked log-prob head applied to the trained rows only),
-- `full_state_dict(policy)` / `hf_state_dict(policy)` (full tensors of the current weights).
+- `full_state_dict(policy)` / `hf_state_dict(policy)` (full tensors of the current weights),
+  `iter_hf_tensors(policy)` / `hf_shapes(policy)` (the same under HF names, one parameter at a
+  time, for the streamed export).
 
 Attention kernels (`ATTENTIONS`): `sdpa` (one padded causal row per sample; torchtitan's SDPA
 wrapper prefers cuDNN), and two packed ones where samples share one row and the boundaries come
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -471,6 +473,37 @@ def full_state_dict(policy: Policy) -> dict[str, torch.Tensor]:
 def hf_state_dict(policy: Policy) -> dict[str, torch.Tensor]:
     """The current weights under HF names (full tensors, on the model's device)."""
     return policy.adapter.to_hf(full_state_dict(policy))
+
+
+def _hf_entries(policy: Policy) -> list[tuple[str, torch.Tensor, dict[str, torch.Size]]]:
+    """(torchtitan name, value, {HF name: shape}) of every state-dict entry the HF mapping
+    exports, in state-dict order; nothing is gathered (`to_hf` runs on `meta` stand-ins)."""
+    entries = []
+    for name, value in policy.model.state_dict().items():
+        name = _clean_fqn(name)
+        stand_in = torch.empty(value.shape, dtype=value.dtype, device="meta")
+        shapes = {k: v.shape for k, v in policy.adapter.to_hf({name: stand_in}).items()}
+        if shapes:  # buffers and a tied lm_head map to nothing
+            entries.append((name, value, shapes))
+    return entries
+
+
+def hf_shapes(policy: Policy) -> dict[str, torch.Size]:
+    """HF name -> shape of every exported tensor, in the order `iter_hf_tensors` yields them
+    (no communication)."""
+    return {k: v for _, _, shapes in _hf_entries(policy) for k, v in shapes.items()}
+
+
+def iter_hf_tensors(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor on the model's device) of the current weights, gathered one
+    torchtitan parameter at a time (a stacked MoE expert weight yields its experts one by one).
+    A collective under FSDP: every rank must consume the whole iterator."""
+    from torch.distributed.tensor import DTensor
+
+    for name, value, _ in _hf_entries(policy):
+        full = value.full_tensor() if isinstance(value, DTensor) else value
+        yield from policy.adapter.to_hf({name: full.detach()}).items()
+        del full
 
 
 def varlen_metadata(cu_seqlens: torch.Tensor, max_len: int) -> Any:

@@ -211,15 +211,22 @@ class StaticKV:
         self._slots, self._lengths = [], []
 
 
-def auto_capacity(model: Any, slots: int, max_model_len: int, memory_fraction: float) -> int:
-    """Tokens per slot: `max_model_len` exactly when it fits `memory_fraction` of the device's
-    free memory (CUDA); otherwise as much as fits, rounded down to a multiple of 256 (the
-    engine then reports the smaller `max_model_len`)."""
+def auto_capacity(
+    model: Any, slots: int, max_model_len: int, gpu_memory_fraction: float | None
+) -> int:
+    """Tokens per slot: `max_model_len` exactly when it fits the KV budget (CUDA); otherwise as
+    much as fits, rounded down to a multiple of 256 (the engine then reports the smaller
+    `max_model_len`). Budget: `gpu_memory_fraction` of the GPU minus what this process already
+    holds (the weights), at most the free memory; None: half the free memory."""
     device = next(model.parameters()).device
     if device.type != "cuda":
         return max_model_len
-    free, _ = torch.cuda.mem_get_info(device)
-    fit = int(free * memory_fraction) // (slots * bytes_per_token(model))
+    free, total = torch.cuda.mem_get_info(device)
+    if gpu_memory_fraction is None:
+        budget = free // 2
+    else:
+        budget = min(free, int(total * gpu_memory_fraction) - torch.cuda.memory_reserved(device))
+    fit = max(budget, 0) // (slots * bytes_per_token(model))
     if fit >= max_model_len:
         return max_model_len
     return fit // 256 * 256 if fit >= 256 else fit
@@ -233,7 +240,7 @@ def make_backend(
     max_model_len: int,
     kv_capacity: int = 0,
     cuda_graphs: bool = True,
-    memory_fraction: float = 0.5,
+    gpu_memory_fraction: float | None = None,
     prefix_cache: bool = True,
     prefix_cache_bytes: int = 1 << 30,
 ) -> KVBackend:
@@ -247,7 +254,9 @@ def make_backend(
         return DynamicKV(
             model, max_model_len, prefix_cache=prefix_cache, prefix_bytes=prefix_cache_bytes
         )
-    capacity = kv_capacity or auto_capacity(model, max_batch_size, max_model_len, memory_fraction)
+    capacity = kv_capacity or auto_capacity(
+        model, max_batch_size, max_model_len, gpu_memory_fraction
+    )
     capacity = min(capacity, max_model_len)
     log.info(
         "static KV cache: %d slots x %d tokens, cuda graphs %s",

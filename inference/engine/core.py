@@ -142,6 +142,7 @@ class Engine:
         prefix_cache: bool = True,
         prefix_cache_bytes: int = 1 << 30,
         routed_experts: bool = True,
+        gpu_memory_fraction: float | None = None,
     ) -> None:
         self.model = model
         self._routing = make_capture(model, routed_experts)
@@ -156,6 +157,7 @@ class Engine:
             cuda_graphs=cuda_graphs,
             prefix_cache=prefix_cache,
             prefix_cache_bytes=prefix_cache_bytes,
+            gpu_memory_fraction=gpu_memory_fraction,
         )
         self.kv_mode = type(self._kv).__name__
         self.max_model_len = self._kv.max_len

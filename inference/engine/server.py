@@ -5,7 +5,9 @@
 Endpoints: POST /v1/completions (vLLM-shaped, `stream: true` too, see `inference/wire.py` and
 `inference/engine/stream.py`), GET /v1/models,
 POST /tokenize, GET /health (policy_version), GET /metrics (Prometheus text),
-POST /update_weights {"path", "version", "abort_in_flight"}.
+POST /update_weights {"path", "version", "abort_in_flight"}; weight sync by broadcast
+(`nccl_receiver.py`): GET /get_world_size, POST /init_weight_transfer_engine {"init_info"},
+POST /receive_weights {"version", "abort_in_flight", "update_info"}.
 
 Model names, as vLLM: the server serves the names /v1/models lists (`--served-model-name`, one
 or more; default: the checkpoint directory's name), answers with the first, and refuses any
@@ -31,8 +33,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from inference.engine.core import Engine, EngineDead, GenerationResult, QueueFull, SamplingParams
 from inference.engine.metrics import render
 from inference.engine.model import LoadedModel
+from inference.engine.nccl_receiver import (
+    InitRequest,
+    ReceiveRequest,
+    TransferError,
+    WeightReceiver,
+)
 from inference.engine.stream import ChunkWriter, EngineStreamResponse, TokenStream, sse_chunks
-from inference.engine.weights import read_weights
+from inference.engine.weights import StagedWeights, read_weights
 from inference.serving import serve
 from inference.wire import (
     CompletionChoice,
@@ -110,6 +118,7 @@ class Handlers:
         self.name = served_names[0]
         """The name answers carry (vLLM: the first served name)."""
         self.update_lock = asyncio.Lock()
+        self.receiver = WeightReceiver(loaded.model)
 
     def check_model(self, model: str | None) -> None:
         """vLLM's check: no model is the served one; an unknown one is 404 NotFoundError."""
@@ -240,26 +249,47 @@ class Handlers:
                 staged = await asyncio.to_thread(read_weights, self.loaded.model, body.path)
             except (FileNotFoundError, ValueError) as exc:
                 raise HTTPError(400, f"cannot load weights: {exc}") from exc
-            fut = asyncio.get_running_loop().create_future()
-            try:
-                self.engine.update_weights(
-                    staged, body.version, body.abort_in_flight, _future_callback(fut)
-                )
-            except EngineDead as exc:
-                raise HTTPError(503, str(exc)) from exc
-            result = await fut
-            if isinstance(result, BaseException):
-                raise HTTPError(503, str(result))
-            log.info(
-                "serving policy version %d (aborted %d)", result.policy_version, result.aborted
-            )
-            return UpdateWeightsResponse(
-                policy_version=result.policy_version,
-                aborted=result.aborted,
-                load_s=staged.load_s,
-                apply_s=result.apply_s,
-            )
+            return await self._apply(staged, body.version, body.abort_in_flight)
 
+    async def init_transfer(self, body: InitRequest) -> dict:
+        """Join the trainer's weight-transfer group (idempotent); 504 when it does not form."""
+        try:
+            joined = await asyncio.to_thread(self.receiver.join, body.init_info)
+        except TransferError as exc:
+            raise HTTPError(504, str(exc)) from exc
+        return {"message": "Weight transfer initialized", "joined": joined}
+
+    async def receive_weights(self, body: ReceiveRequest) -> UpdateWeightsResponse:
+        """Receive the trainer's broadcast of `version`, then apply it as a path update."""
+        async with self.update_lock:
+            try:
+                self.receiver.check(body.update_info)
+                staged = await asyncio.to_thread(self.receiver.receive, body.update_info)
+            except ValueError as exc:
+                raise HTTPError(400, f"cannot receive weights: {exc}") from exc
+            except TransferError as exc:
+                raise HTTPError(504, str(exc)) from exc
+            return await self._apply(staged, body.version, body.abort_in_flight)
+
+    async def _apply(
+        self, staged: StagedWeights, version: int, abort: bool
+    ) -> UpdateWeightsResponse:
+        """Copy staged weights in on the engine thread and serve `version`."""
+        fut = asyncio.get_running_loop().create_future()
+        try:
+            self.engine.update_weights(staged, version, abort, _future_callback(fut))
+        except EngineDead as exc:
+            raise HTTPError(503, str(exc)) from exc
+        result = await fut
+        if isinstance(result, BaseException):
+            raise HTTPError(503, str(result))
+        log.info("serving policy version %d (aborted %d)", result.policy_version, result.aborted)
+        return UpdateWeightsResponse(
+            policy_version=result.policy_version,
+            aborted=result.aborted,
+            load_s=staged.load_s,
+            apply_s=result.apply_s,
+        )
 
 def create_app(
     loaded: LoadedModel, engine: Engine, served_names: str | list[str] = ""
@@ -298,6 +328,19 @@ def create_app(
     @app.post("/update_weights")
     async def update_weights(body: UpdateWeightsRequest) -> UpdateWeightsResponse:
         return await h.update_weights(body)
+
+    # weight sync by broadcast (nccl_receiver.py): vLLM's route names where they exist
+    @app.get("/get_world_size")
+    async def get_world_size() -> dict:
+        return {"world_size": 1}
+
+    @app.post("/init_weight_transfer_engine")
+    async def init_weight_transfer_engine(body: InitRequest) -> dict:
+        return await h.init_transfer(body)
+
+    @app.post("/receive_weights")
+    async def receive_weights(body: ReceiveRequest) -> UpdateWeightsResponse:
+        return await h.receive_weights(body)
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> TokenizeResponse:
@@ -369,6 +412,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         help="model name(s) served (as vLLM); default: the checkpoint directory's name",
     )
+    p.add_argument(
+        "--gpu-memory-fraction",
+        type=float,
+        default=None,
+        help="static cache on CUDA: size the KV cache to this share of the GPU (minus the "
+        "weights); default: half the free memory",
+    )
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 
@@ -398,6 +448,7 @@ def main(argv: list[str] | None = None) -> None:
         prefix_cache=not args.no_prefix_cache,
         prefix_cache_bytes=int(args.prefix_cache_mb * (1 << 20)),
         routed_experts=not args.no_routed_experts,
+        gpu_memory_fraction=args.gpu_memory_fraction,
     )
     loaded.max_model_len = engine.max_model_len
     engine.start()

@@ -65,6 +65,7 @@ def _train(work: Path, name: str, **trainer) -> tuple[dict[int, dict], Path]:
             "lr": LR,
             "micro_batch_tokens": 64,
             "batch_timeout_s": 60,
+            "ranks": 2,
             **trainer,
         },
     }

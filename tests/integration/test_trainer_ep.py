@@ -60,7 +60,7 @@ def _batches(out: Path) -> Path:
 
 
 def _job(model: Path, batches: Path, run_dir: Path, max_steps: int, ep: int) -> dict:
-    return trainer_job(model, batches, run_dir, max_steps, expert_parallel=ep,
+    return trainer_job(model, batches, run_dir, max_steps, ranks=ep, expert_parallel=ep,
                        checkpoint_every=1 if ep > 1 else None, profile_moe=ep > 1)  # fmt: skip
 
 

@@ -157,7 +157,7 @@ def test_trainer_process_trains_two_steps_and_publishes_weights(tiny, tmp_path):
     job = tmp_path / "job.toml"
     job.write_text(
         "[trainer]\nmicro_batch_tokens = 48\nlogprob_chunk_size = 16\n"
-        "batch_timeout_s = 60\npoll_interval_s = 0.05\n"
+        "batch_timeout_s = 60\n"
     )
     proc = _trainer(
         [

@@ -10,7 +10,8 @@ for boolean X), every enumerated value we pass (dtype, quantization, KV dtype, l
 offloading backend, connector names, KV roles, offloading spec and tier), the connector JSON
 keys, the environment variables, the request fields the fleet client sends and the response
 fields it reads (`vllm/entrypoints/openai/completion/protocol.py`), the dev routes of weight
-updates and the KV-usage metric name.
+updates, the weight-transfer engine (flag, routes, `init_info`/`update_info` fields, trainer-side
+calls, packing rule) and the KV-usage metric name.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from inference.fleet import request_body
 from inference.vllm_launch import (
     SERVER_ENV,
     VLLM_VERSION,
+    WEIGHT_TRANSFER_CONFIG,
     WORKER_EXTENSION,
     DisaggConfig,
     KVOffloadConfig,
@@ -39,6 +41,8 @@ from inference.vllm_launch import (
     serve_command,
 )
 from inference.vllm_worker import SwefleetWorkerExtension
+from inference.weight_sync import init_info
+from swefleet.weight_transfer import TransferGroup, UpdateInfo, packed_chunks
 
 pytestmark = pytest.mark.unit
 
@@ -305,6 +309,56 @@ def test_weight_update_routes_and_worker_hooks_exist():
     bases = set(worker) | set(class_methods("v1/worker/worker_base.py", "WorkerBase"))
     assert not ours & bases
     assert WORKER_EXTENSION == "inference.vllm_worker.SwefleetWorkerExtension"
+
+
+@needs_src
+def test_weight_transfer_engine_matches_vllm():
+    """Weight sync by broadcast to vLLM (inference/weight_sync.py, trainer/weight_broadcast.py)
+    against 0.26.0's NCCL weight-transfer engine: flag, config, routes, request fields, the
+    trainer-side calls and the packing rule."""
+    argv = argv_of(PROFILES["default"])
+    config = json.loads(value_of(argv, "--weight-transfer-config"))
+    assert config == WEIGHT_TRANSFER_CONFIG
+    assert set(config) <= set(class_fields("config/weight_transfer.py", "WeightTransferConfig"))
+    assert config["backend"] in call_string_args(
+        "distributed/weight_transfer/factory.py", "register_engine")
+    rel = "entrypoints/serve/dev/rlhf/api_router.py"
+    assert {"/init_weight_transfer_engine", "/start_weight_update", "/update_weights",
+            "/finish_weight_update"} <= call_string_args(rel, "post")
+    assert "/get_world_size" in call_string_args(rel, "get")
+    assert {"init_info", "update_info"} <= strings_in(rel)  # the body keys the routes read
+    group = TransferGroup(master_address="10.0.0.1", master_port=29600, world_size=9)
+    sent = init_info("vllm", group, rank_offset=1)
+    assert set(sent) == set(class_fields("distributed/weight_transfer/nccl_common.py",
+                                         "NCCLWeightTransferInitInfo"))
+    engine = "distributed/weight_transfer/nccl_engine.py"
+    assert set(UpdateInfo.model_fields) == set(class_fields(engine, "NCCLWeightTransferUpdateInfo"))
+    # the trainer side: what NCCLWeightTransferEngine.trainer_init / trainer_send_weights use
+    create = class_methods("distributed/utils.py", "StatelessProcessGroup")["create"]
+    assert {"host", "port", "rank", "world_size", "store_timeout"} <= create
+    pynccl = "distributed/device_communicators/pynccl.py"
+    assert {"group", "device"} <= class_methods(pynccl, "PyNcclCommunicator")["__init__"]
+    assert "trainer_send_weights" in class_methods(engine, "NCCLWeightTransferEngine")
+    assert {"group", "packed", "packed_buffer_size_bytes", "packed_num_buffers"} <= set(
+        class_fields(engine, "NCCLTrainerSendWeightsArgs"))
+    # packing: a bucket closes once its size exceeds the buffer size (producer and consumer)
+    packed = ast.unparse(tree("distributed/weight_transfer/packed_tensor.py"))
+    assert "if total_bytes > buffer_size_bytes:" in packed
+    assert "if packing_tensor_sizes[buffer_idx] > target_packed_tensor_size:" in packed
+    defaults = {n.targets[0].id: eval(ast.unparse(n.value))
+                for n in tree("distributed/weight_transfer/packed_tensor.py").body
+                if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+                and n.targets[0].id.startswith("DEFAULT_PACKED")}
+    assert UpdateInfo.model_fields["packed_buffer_size_bytes"].default == defaults[
+        "DEFAULT_PACKED_BUFFER_SIZE_BYTES"]
+    assert UpdateInfo.model_fields["packed_num_buffers"].default == defaults[
+        "DEFAULT_PACKED_NUM_BUFFERS"]
+
+
+def test_packed_chunks_close_a_bucket_once_it_is_over_the_size():
+    assert packed_chunks([4, 4, 4, 4], 8) == [range(3), range(3, 4)]
+    assert packed_chunks([10, 1, 1], 8) == [range(1), range(1, 3)]
+    assert packed_chunks([], 8) == []
 
 
 def class_methods(rel: str, cls: str) -> dict[str, set[str]]:

@@ -41,9 +41,11 @@ def test_load_policy_checks_expert_parallel_before_building(tmp_path):
 
 def test_config_field():
     assert TrainerConfig().expert_parallel == 1
-    assert TrainerConfig(expert_parallel=4).expert_parallel == 4
+    assert TrainerConfig(expert_parallel=4, ranks=4).expert_parallel == 4
     with pytest.raises(ValidationError):
         TrainerConfig(expert_parallel=0)
+    with pytest.raises(ValidationError, match="must divide ranks"):
+        TrainerConfig(expert_parallel=4)  # one rank cannot split experts four ways
 
 
 def test_cpu_permutation_groups_received_tokens_by_local_expert():

@@ -1,0 +1,158 @@
+"""The servers of a run's fleet: launch them (embedded engines or `vllm serve`), restart one on
+its port with given weights, stop them all; external servers are only checked once.
+
+    servers = ServerFleet("vllm", specs, config, run_dir / "logs")
+    await servers.start(model_dir)            # ValueError (one line) / ServerStartError
+    FleetClient(servers.urls, config)
+    servers.respawn(1, weights_dir, version)  # same port, same log (appended)
+    await servers.wait(1)
+
+Each launched server is its own process group with its own log (`server-{i}.log`) and its GPUs
+in CUDA_VISIBLE_DEVICES. Ports are fixed at the first start (an embedded server reports the one
+it bound, a vLLM port is picked free beforehand), so a restarted server keeps its URL. Spawning
+happens in the calling (main) thread, the waits in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from inference.config import InferenceConfig, ServerSpec
+from inference.launch import ServerHandle, configured_argv, spawn_server, wait_ready
+from inference.vllm_launch import launch_env, launch_profile, missing_executable, serve_command
+
+#: what a vLLM server must answer before it takes requests
+VLLM_READY_ROUTES = ("/health", "/v1/models")
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on now (vLLM has no `--port-file`: its port is chosen first)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class ServerFleet:
+    """The servers of one run, by index."""
+
+    def __init__(
+        self, kind: str, specs: Sequence[ServerSpec], config: InferenceConfig, log_dir: Path
+    ) -> None:
+        self.kind, self.specs, self.config, self.log_dir = kind, list(specs), config, log_dir
+        self.handles: list[ServerHandle | None] = [None] * len(self.specs)
+        self.ports = [spec.port for spec in self.specs]
+        self.urls = [spec.url for spec in self.specs]
+
+    @property
+    def launched(self) -> bool:
+        return self.kind != "external"
+
+    def log_path(self, i: int) -> Path:
+        return self.log_dir / f"server-{i}.log"
+
+    async def start(self, model_dir: str | Path) -> list[str]:
+        """Start every server on `model_dir` (version 0) and wait until all are ready; on a
+        failure the started ones are stopped. External: each must answer `/health`."""
+        if not self.launched:
+            await asyncio.gather(*(asyncio.to_thread(self._check_external, u) for u in self.urls))
+            return self.urls
+        if self.kind == "vllm" and (problem := missing_executable(self.config.vllm.executable)):
+            raise ValueError(problem)
+        try:
+            for i in range(len(self.specs)):
+                self.respawn(i, model_dir, 0)
+            await asyncio.gather(*(self.wait(i) for i in range(len(self.specs))))
+        except BaseException:
+            await asyncio.to_thread(self.stop)
+            raise
+        return self.urls
+
+    def respawn(self, i: int, model_dir: str | Path, version: int) -> ServerHandle:
+        """(Re)start server `i` on its port with `model_dir` as policy `version` (a vLLM server
+        starts at version 0: the caller sets its version by a weight update); returns at once."""
+        old = self.handles[i]
+        if old is not None:
+            old.stop(grace_s=5.0)
+        log = self.log_path(i)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            f.write(f"--- swefleet: start on {model_dir} (v{version}) at {time.ctime()} ---\n")
+        if self.kind == "vllm":
+            handle = self._spawn_vllm(i, model_dir)
+        else:
+            handle = self._spawn_embedded(i, model_dir, version)
+        self.handles[i] = handle
+        return handle
+
+    async def wait(self, i: int) -> None:
+        """Wait until server `i` is ready (ServerStartError with its log tail if not)."""
+        handle = self.handles[i]
+        routes = VLLM_READY_ROUTES if self.kind == "vllm" else ("/health",)
+        await asyncio.to_thread(wait_ready, handle, self.config.startup_timeout_s, routes)
+        self.ports[i], self.urls[i] = handle.port, handle.url
+
+    def exited(self, i: int) -> bool:
+        """Server `i` was launched and its process is gone."""
+        handle = self.handles[i]
+        return handle is not None and not handle.alive()
+
+    def stop(self) -> None:
+        """Stop every launched server (SIGTERM, then SIGKILL, whole process groups)."""
+        for handle in self.handles:
+            if handle is not None:
+                handle.stop()
+
+    def _spawn_embedded(self, i: int, model_dir: str | Path, version: int) -> ServerHandle:
+        spec = self.specs[i]
+        argv = configured_argv(
+            model_dir,
+            self.config,
+            port=self.ports[i],
+            device=spec.device,
+            policy_version=version,
+            gpu_memory_fraction=spec.gpu_memory_fraction,
+        )
+        env = dict(os.environ)
+        if spec.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+        return spawn_server(argv, host=self.config.host, log_path=self.log_path(i), env=env)
+
+    def _spawn_vllm(self, i: int, model_dir: str | Path) -> ServerHandle:
+        cfg, spec = self.config, self.specs[i]
+        if not self.ports[i]:
+            self.ports[i] = free_port(cfg.host)
+        profile = launch_profile(
+            cfg.vllm,
+            model_dir,
+            served_model_name=cfg.model_name,
+            host=cfg.host,
+            gpu_memory_utilization=spec.gpu_memory_fraction or 0.9,
+        )
+        argv, profile_env = serve_command(profile, self.ports[i], executable=cfg.vllm.executable)
+        env = launch_env(profile_env, cfg.vllm.env, spec.gpus)
+        return spawn_server(
+            argv,
+            host=cfg.host,
+            port=self.ports[i],
+            log_path=self.log_path(i),
+            env=env,
+            port_file=False,
+        )
+
+    def _check_external(self, url: str) -> None:
+        try:
+            with httpx.Client(trust_env=False, timeout=self.config.connect_timeout_s) as http:
+                status = http.get(f"{url}/health").status_code
+        except httpx.HTTPError as exc:
+            raise ValueError(
+                f"inference server {url} unreachable ({type(exc).__name__}: {exc})"
+            ) from None
+        if status != 200:
+            raise ValueError(f"inference server {url} unhealthy: GET /health answered {status}")

@@ -1,0 +1,217 @@
+"""Keep a launched fleet serving: restart dead servers with the current weights.
+
+    supervisor = Supervisor(servers, fleet, config, model_dir)   # version 0 = model_dir
+    supervisor.start()
+    await supervisor.update_weights(v, weights_dir)   # instead of fleet.update_weights
+    result = await supervisor.guard(work())           # NoServersLeft when the last one is lost
+
+Every `health_interval_s` each launched server is checked: its process exited, or `/health`
+failed `HEALTH_FAILURES` times in a row, means dead. A dead server leaves service at once (no
+request is routed to it, no weight update sent: `ServerState.in_service`; requests that find no
+server in service wait while one is restarting) and is restarted on
+its port (`ServerFleet.respawn`) with the current weights: those of the last `update_weights`
+call (the run's model before any). An embedded server starts on them at their version; a vLLM
+server starts on them and gets its version through the fleet client's update path. If the
+weights moved on while it started, it is updated to the newest before it rejoins the fleet.
+Restarts are counted (`infer/server_restarts`). With `restart_dead_servers` off, or when a
+restart fails, the server is given up (`infer/servers_lost`); the work goes on with the others
+and `guard` raises `NoServersLeft` once none is left.
+
+A weight update that fails only on servers whose process died is not an error: those are
+restarted with the new weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+from inference.config import InferenceConfig
+from inference.fleet import FleetClient, WeightUpdateError
+from inference.fleet_launch import ServerFleet
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+HEALTH_FAILURES = 3
+
+
+class NoServersLeft(RuntimeError):
+    """Every inference server died and none could be restarted."""
+
+
+def weights_dir(path: Path) -> Path:
+    """The checkpoint directory of an update's `path`: the directory itself, or the one a
+    broadcast marker names; a broadcast-only version has none (a server cannot be restarted on
+    it: RuntimeError)."""
+    from swefleet.weight_transfer import is_marker, read_marker
+
+    if not is_marker(path):
+        return path
+    marker = read_marker(path)
+    if marker.path is None:
+        raise RuntimeError(f"policy v{marker.version} exists only as a broadcast ({path}): no "
+                           "weights directory to restart a server on")
+    return path.parent / marker.path
+
+
+class Supervisor:
+    """Health checks, restarts and weight updates of one `ServerFleet` seen by one client."""
+
+    def __init__(
+        self,
+        servers: ServerFleet,
+        fleet: FleetClient,
+        config: InferenceConfig,
+        model_dir: str | Path,
+        version: int = 0,
+    ) -> None:
+        self.servers, self.fleet, self.config = servers, fleet, config
+        self.target = (version, Path(model_dir))
+        """(version, weights dir) every server should serve: the last update's."""
+        self.restarts = 0
+        self.lost: set[int] = set()
+        self._failures = [0] * len(servers.specs)
+        self._restarting: dict[int, asyncio.Task] = {}
+        self._lock = asyncio.Lock()
+        self._none_left = asyncio.Event()
+        self._watch: asyncio.Task | None = None
+        self._http: httpx.AsyncClient | None = None
+
+    def start(self) -> None:
+        """Begin the health checks (nothing to do for external servers)."""
+        if self.servers.launched and self._watch is None:
+            timeout = max(5.0, 2 * self.config.health_interval_s)
+            self._http = httpx.AsyncClient(trust_env=False, timeout=timeout)
+            self._watch = asyncio.create_task(self._watch_loop(), name="fleet-supervisor")
+
+    async def aclose(self) -> None:
+        tasks = [t for t in (self._watch, *self._restarting.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._watch = None
+        if self._http is not None:
+            await self._http.aclose()
+
+    def metrics(self) -> dict[str, float]:
+        return {"infer/server_restarts": float(self.restarts),
+                "infer/servers_lost": float(len(self.lost))}
+
+    async def update_weights(self, version: int, path: str | Path) -> None:
+        """`FleetClient.update_weights` that remembers the weights for restarts and tolerates
+        servers that died during the update (they are restarted with these weights)."""
+        async with self._lock:
+            self.target = (version, Path(path))
+            try:
+                await self.fleet.update_weights(version, path)
+            except WeightUpdateError:
+                behind = [i for i, url in enumerate(self.servers.urls)
+                          if self.fleet.server(url).in_service
+                          and self.fleet.server(url).version != version]
+                if not behind or not all(map(self.servers.exited, behind)):
+                    raise
+                for i in behind:
+                    self._take_out(i, "died during a weight update")
+                self._check_some_left()
+
+    async def guard(self, work: Awaitable[T]) -> T:
+        """Await `work`; cancel it and raise `NoServersLeft` once no server is left."""
+        main = asyncio.ensure_future(work)
+        lost = asyncio.ensure_future(self._none_left.wait())
+        try:
+            await asyncio.wait({main, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if main.done():
+                return main.result()
+            raise NoServersLeft(
+                f"no inference server left: all {len(self.servers.specs)} died and could not "
+                f"be restarted (see {self.servers.log_dir}/server-*.log)")
+        finally:
+            for task in (main, lost):
+                task.cancel()
+            await asyncio.gather(main, lost, return_exceptions=True)
+
+    # ---- internals ----
+
+    async def _watch_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            idle = [i for i in range(len(self.servers.specs))
+                    if i not in self.lost and i not in self._restarting]
+            await asyncio.gather(*(self._check(i) for i in idle))
+
+    async def _check(self, i: int) -> None:
+        if self.servers.exited(i):
+            self._take_out(i, f"exited with {self.servers.handles[i].proc.returncode}")
+            return
+        try:
+            ok = (await self._http.get(f"{self.servers.urls[i]}/health")).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        self._failures[i] = 0 if ok else self._failures[i] + 1
+        if self._failures[i] >= HEALTH_FAILURES:
+            self._take_out(i, f"/health failed {HEALTH_FAILURES} checks in a row")
+
+    def _take_out(self, i: int, why: str) -> None:
+        """Server `i` is dead: out of service, then restarted or given up."""
+        if i in self._restarting or i in self.lost:
+            return
+        url = self.servers.urls[i]
+        state = self.fleet.server(url)
+        state.in_service, state.restarting = False, self.config.restart_dead_servers
+        self._failures[i] = 0
+        if not self.config.restart_dead_servers:
+            log.error("inference server %d (%s) %s; restarts are off: given up", i, url, why)
+            self._give_up(i)
+            return
+        log.warning("inference server %d (%s) %s: restarting it", i, url, why)
+        self._restarting[i] = asyncio.create_task(self._restart(i), name=f"restart-server-{i}")
+
+    async def _restart(self, i: int) -> None:
+        url = self.servers.urls[i]
+        try:
+            handle = self.servers.handles[i]
+            if handle is not None:
+                await asyncio.to_thread(handle.stop, 5.0)
+            version, path = self.target
+            self.servers.respawn(i, weights_dir(path), version)  # main thread: die_with_parent
+            await self.servers.wait(i)
+            await self._rejoin(i, version)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one restart's fault boundary: logged, counted
+            log.error("inference server %d (%s) could not be restarted: %s: %s", i, url,
+                      type(exc).__name__, str(exc)[-2000:])
+            self._give_up(i)
+        finally:
+            self._restarting.pop(i, None)
+
+    async def _rejoin(self, i: int, started_version: int) -> None:
+        """Bring a restarted server to the current weights, then back into service."""
+        url = self.servers.urls[i]
+        state = self.fleet.server(url)
+        async with self._lock:  # no update can slip between the catch-up and the rejoin
+            version, path = self.target
+            if version != started_version or (self.servers.kind == "vllm" and version > 0):
+                await self.fleet.update_server(url, version, weights_dir(path))
+            state.version, state.down_until, state.in_service = version, 0.0, True
+            state.restarting = False
+        self.restarts += 1
+        log.info("inference server %d (%s) restarted, serving policy v%d", i, url, version)
+
+    def _give_up(self, i: int) -> None:
+        self.lost.add(i)
+        self.fleet.server(self.servers.urls[i]).restarting = False
+        handle = self.servers.handles[i]
+        if handle is not None:
+            handle.kill()  # SIGKILL the group: nothing to wait for
+        self._check_some_left()
+
+    def _check_some_left(self) -> None:
+        n = len(self.servers.specs)
+        if len(self.lost) == n:
+            self._none_left.set()

@@ -1,0 +1,46 @@
+"""The inference fleet of a run (`swefleet rl`, `swefleet eval --agent model`) from its topology:
+launched (embedded or vLLM) or external servers, one fleet client over all of them, and the
+supervisor that restarts dead ones; everything is stopped by the caller's exit stack."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from swefleet.topology import resolve_topology
+
+if TYPE_CHECKING:
+    from inference.fleet import FleetClient
+    from inference.supervisor import Supervisor
+    from swefleet.config import RunConfig
+
+
+async def open_fleet(
+    cfg: RunConfig,
+    model_dir: str | Path,
+    log_dir: Path,
+    stack: AsyncExitStack,
+    *,
+    scrape_metrics: bool | None = None,
+) -> tuple[FleetClient, Supervisor]:
+    """Start (or check) the servers, then the client and the supervisor; `model_dir` is served
+    as policy version 0 (call `supervisor.update_weights` to move every server on)."""
+    from inference.fleet import FleetClient
+    from inference.fleet_launch import ServerFleet
+    from inference.supervisor import Supervisor
+
+    topo = resolve_topology(cfg)
+    servers = ServerFleet(topo.kind, topo.servers, cfg.inference, log_dir)
+    stack.push_async_callback(asyncio.to_thread, servers.stop)
+    urls = await servers.start(model_dir)
+    client_cfg = cfg.inference
+    if scrape_metrics is not None and cfg.inference.scrape_metrics is None:
+        client_cfg = cfg.inference.model_copy(update={"scrape_metrics": scrape_metrics})
+    fleet = FleetClient(urls, client_cfg)
+    stack.push_async_callback(fleet.aclose)
+    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
+    stack.push_async_callback(supervisor.aclose)
+    supervisor.start()
+    return fleet, supervisor

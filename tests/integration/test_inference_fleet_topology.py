@@ -1,0 +1,160 @@
+"""`swefleet rl` and `swefleet eval --agent model` on the fleet one config describes: several
+launched embedded servers, external servers (`--server`, repeatable), and `vllm serve` servers
+(a fake `vllm` command that records its argv and runs the scripted server, which emulates vLLM's
+weight-update routes). CPU, tiny model, 2 steps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from inference.launch import start_scripted_server
+from inference.testing import tiny_checkpoint
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+TASKS = REPO / "envs/data/quickstart/tasks.jsonl"
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")  # shared
+
+
+def fake_vllm(tmp_path: Path) -> Path:
+    """An executable `vllm` that runs tests/fake_vllm.py."""
+    exe = tmp_path / "bin" / "vllm"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{REPO}/tests/fake_vllm.py" "$@"\n')
+    exe.chmod(0o755)
+    return exe
+
+
+def rl_config(tmp_path: Path, model_dir: Path, inference: str) -> Path:
+    path = tmp_path / "rl.toml"
+    path.write_text(f"""name = "topology"
+environment = "token_target"
+[toy]
+n_tasks = 2
+answer_tokens = 4
+[model]
+path = "{model_dir}"
+[inference]
+model_name = "policy"
+request_timeout_s = 60
+{inference}
+[trainer]
+device = "cpu"
+lr = 5e-3
+[orchestrator]
+steps = {STEPS}
+groups_per_step = 2
+rollouts_per_task = 4
+max_concurrent_episodes = 8
+async_level = 1
+max_off_policy_steps = 2
+""")
+    return path
+
+
+def run_cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "swefleet.cli", *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def rl(tmp_path: Path, config: Path, *extra: str) -> dict:
+    out = tmp_path / "run"
+    proc = run_cli("rl", "--config", str(config), "--output-dir", str(out), *extra)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+def assert_all_served(summary: dict, n: int) -> None:
+    """Every server answered requests and serves the final policy version."""
+    servers = summary["servers"]
+    assert len(servers) == n, servers
+    for url, counts in servers.items():
+        assert counts["completed"] > 0, (url, servers)
+        assert counts["policy_version"] == STEPS, (url, servers)
+
+
+def test_rl_on_two_launched_embedded_servers(tmp_path, model_dir):
+    config = rl_config(tmp_path, model_dir, "num_servers = 2\ncpu_threads = 1\n")
+    assert_all_served(rl(tmp_path, config), 2)
+    for i in range(2):  # each its own process and log, each loaded every version
+        log = (tmp_path / "run" / "logs" / f"server-{i}.log").read_text()
+        assert f"serving policy version {STEPS}" in log
+
+
+def test_rl_on_external_servers(tmp_path, model_dir):
+    # scripted servers (no model: quick to start) speak the embedded engine's API, versions too
+    with (start_scripted_server(log_path=tmp_path / "a.log") as a,
+          start_scripted_server(log_path=tmp_path / "b.log") as b):
+        config = rl_config(tmp_path, model_dir, "")
+        summary = rl(tmp_path, config, "--server", a.url, "--server", b.url)
+        assert_all_served(summary, 2)
+        assert set(summary["servers"]) == {a.url, b.url}
+        for url in (a.url, b.url):  # the servers themselves moved to the final version
+            assert httpx.get(f"{url}/health", trust_env=False).json()["policy_version"] == STEPS
+    assert not (tmp_path / "run" / "logs" / "server-0.log").exists()  # nothing launched
+
+
+def test_rl_on_launched_vllm_servers(tmp_path, model_dir):
+    record = tmp_path / "vllm-calls.jsonl"
+    config = rl_config(tmp_path, model_dir, f"""kind = "vllm"
+num_servers = 2
+gpus = [4, 5, 6, 7]
+[inference.vllm]
+tensor_parallel_size = 2
+max_model_len = 4096
+executable = "{fake_vllm(tmp_path)}"
+env = {{ FAKE_VLLM_RECORD = "{record}" }}
+""")
+    assert_all_served(rl(tmp_path, config), 2)
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [c["env"]["CUDA_VISIBLE_DEVICES"] for c in calls] == ["4,5", "6,7"]
+    for call in calls:
+        argv, env = call["argv"], call["env"]
+        assert argv[:2] == ["serve", str(model_dir)]
+        for flag, value in [("--served-model-name", "policy"), ("--tensor-parallel-size", "2"),
+                            ("--gpu-memory-utilization", "0.9"), ("--max-model-len", "4096")]:
+            assert argv[argv.index(flag) + 1] == value, (flag, argv)
+        assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
+        assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    ports = {c["argv"][c["argv"].index("--port") + 1] for c in calls}
+    assert len(ports) == 2
+
+
+def test_vllm_kind_without_vllm_is_one_line_and_exit_2(tmp_path, model_dir):
+    missing = tmp_path / "nowhere" / "vllm"
+    config = rl_config(tmp_path, model_dir,
+                       f'kind = "vllm"\n[inference.vllm]\nexecutable = "{missing}"\n')
+    proc = run_cli("rl", "--config", str(config), "--output-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "kind='vllm' needs vLLM 0.26.0 installed (pip install 'swefleet[vllm]')" in errors[0]
+
+
+def test_eval_on_two_launched_servers(tmp_path, model_dir):
+    cfg = tmp_path / "eval.toml"
+    cfg.write_text("[agent]\nmax_steps = 1\nmax_tokens_per_turn = 16\n"
+                   "context_budget_tokens = 4096\n"
+                   '[inference]\nmodel_name = "policy"\nnum_servers = 2\ncpu_threads = 1\n')
+    out = tmp_path / "eval"
+    proc = run_cli("eval", "--agent", "model", "--tasks", str(TASKS), "--split", "heldout",
+                   "--model", str(model_dir), "--config", str(cfg), "--output-dir", str(out),
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["n_episodes"] == 3 and report["tokens_mean"] > 0
+    served = [line for line in proc.stderr.splitlines() if " completions, " in line]
+    assert len(served) == 2, proc.stderr[-3000:]  # two servers, both answered requests
+    assert all(" 0 completions" not in line for line in served), served
+    assert all((out / "logs" / f"server-{i}.log").exists() for i in range(2))

@@ -1,0 +1,162 @@
+"""The supervisor of a launched fleet: a server killed with SIGKILL comes back on the same URL
+with the current weights (also when it died during a weight update), the fleet client routes to
+it again; with restarts off the work goes on with the others until none is left."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from inference.fleet import FleetClient
+from inference.fleet_launch import ServerFleet
+from inference.supervisor import NoServersLeft, Supervisor
+from inference.testing import perturbed_checkpoint, tiny_checkpoint
+from swefleet.config import RunConfig
+from swefleet.topology import resolve_topology
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+PROMPT = [11, 42, 7, 99]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
+
+
+def launched(inference: dict, log_dir: Path) -> tuple[RunConfig, ServerFleet]:
+    cfg = RunConfig.model_validate({"inference": inference, "trainer": {"device": "cpu"}})
+    topo = resolve_topology(cfg)
+    return cfg, ServerFleet(topo.kind, topo.servers, cfg.inference, log_dir)
+
+
+async def until(condition, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+async def get_json(url: str) -> dict:
+    async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
+        return (await http.get(url)).json()
+
+
+async def greedy_logprobs(url: str) -> list[float]:
+    body = {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": 0,
+            "ignore_eos": True}
+    async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
+        resp = await http.post(f"{url}/v1/completions", json=body)
+    return resp.json()["choices"][0]["logprobs"]["token_logprobs"]
+
+
+async def test_server_killed_during_an_update_restarts_with_the_new_weights(tmp_path, model_dir):
+    cfg, servers = launched({"num_servers": 2, "cpu_threads": 1, "max_batch_size": 2,
+                             "health_interval_s": 0.2}, tmp_path / "logs")
+    await servers.start(model_dir)
+    fleet = FleetClient(servers.urls, cfg.inference)
+    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
+    supervisor.start()
+    try:
+        v1 = perturbed_checkpoint(model_dir, tmp_path / "v1")
+        url, pid = servers.urls[0], servers.handles[0].pid
+        before = await greedy_logprobs(url)
+        servers.handles[0].kill()  # SIGKILL of its process group
+        await supervisor.update_weights(1, v1)  # fails on the dead server only: tolerated
+        done = await fleet.generate(PROMPT, max_tokens=2, min_policy_version=1)
+        assert done.server == servers.urls[1] and done.policy_version == 1
+        await until(lambda: supervisor.restarts == 1)
+        assert servers.urls[0] == url and servers.handles[0].pid != pid
+        assert (await get_json(f"{url}/health"))["policy_version"] == 1
+        assert fleet.server(url).version == 1 and fleet.server(url).in_service
+        after = await greedy_logprobs(url)
+        assert after == await greedy_logprobs(servers.urls[1]) and after != before  # v1's
+        assert supervisor.metrics() == {"infer/server_restarts": 1.0, "infer/servers_lost": 0.0}
+        log = (tmp_path / "logs" / "server-0.log").read_text()
+        assert f"start on {v1} (v1)" in log  # one log per server, the restart appended
+    finally:
+        await supervisor.aclose()
+        await fleet.aclose()
+        servers.stop()
+
+
+def fake_vllm(tmp_path: Path) -> Path:
+    exe = tmp_path / "bin" / "vllm"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{REPO}/tests/fake_vllm.py" "$@"\n')
+    exe.chmod(0o755)
+    return exe
+
+
+def vllm_inference(tmp_path: Path, restart: bool) -> dict:
+    return {"kind": "vllm", "num_servers": 2, "gpus": [0, 1], "health_interval_s": 0.2,
+            "restart_dead_servers": restart,
+            "vllm": {"executable": str(fake_vllm(tmp_path)),
+                     "env": {"FAKE_VLLM_RECORD": str(tmp_path / "calls.jsonl")}}}
+
+
+async def test_vllm_servers_restart_on_the_latest_weights_and_requests_wait_for_them(
+        tmp_path, model_dir):
+    cfg, servers = launched(vllm_inference(tmp_path, restart=True), tmp_path / "logs")
+    await servers.start(model_dir)
+    fleet = FleetClient(servers.urls, cfg.inference)
+    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
+    supervisor.start()
+    try:
+        v3 = tmp_path / "v3"  # a checkpoint dir (the scripted server loads no weights)
+        v3.mkdir()
+        (v3 / "config.json").write_text((model_dir / "config.json").read_text())
+        await supervisor.update_weights(3, v3)
+        urls = list(servers.urls)
+        for handle in servers.handles:
+            handle.kill()
+        await until(lambda: not any(fleet.server(u).in_service for u in urls), 30)
+        done = await fleet.generate(PROMPT, max_tokens=2, min_policy_version=3)  # waits
+        assert done.policy_version == 3
+        await until(lambda: supervisor.restarts == 2, 60)
+        assert servers.urls == urls
+        for url in urls:
+            assert fleet.server(url).version == 3 and fleet.server(url).in_service
+            stats = await get_json(f"{url}/stats")
+            assert stats["policy_version"] == 3 and stats["paused"] == 1  # the update path
+        calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+        assert [c["argv"][1] for c in calls] == [str(model_dir)] * 2 + [str(v3)] * 2
+        gpus = {c["argv"][c["argv"].index("--port") + 1]: c["env"]["CUDA_VISIBLE_DEVICES"]
+                for c in calls}
+        assert gpus == {url.rsplit(":", 1)[1]: str(i) for i, url in enumerate(urls)}
+    finally:
+        await supervisor.aclose()
+        await fleet.aclose()
+        servers.stop()
+
+
+async def test_without_restarts_work_goes_on_until_no_server_is_left(tmp_path, model_dir):
+    cfg, servers = launched(vllm_inference(tmp_path, restart=False), tmp_path / "logs")
+    await servers.start(model_dir)
+    fleet = FleetClient(servers.urls, cfg.inference)
+    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
+    supervisor.start()
+    try:
+        servers.handles[0].kill()
+        await until(lambda: supervisor.lost == {0}, 30)
+        assert not fleet.server(servers.urls[0]).in_service
+        await supervisor.update_weights(1, tmp_path / "v1")  # the one left
+        for _ in range(4):
+            done = await fleet.generate(PROMPT, max_tokens=2)
+            assert done.server == servers.urls[1] and done.policy_version == 1
+        assert fleet.metrics()["infer/live_servers"] == 1.0
+        with pytest.raises(NoServersLeft, match="no inference server left"):
+            servers.handles[1].kill()
+            await supervisor.guard(asyncio.sleep(60))
+        assert supervisor.metrics()["infer/servers_lost"] == 2.0
+        assert supervisor.restarts == 0
+    finally:
+        await supervisor.aclose()
+        await fleet.aclose()
+        servers.stop()
