@@ -26,6 +26,20 @@ PRESETS: dict[str, dict] = {
                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                  "head_dim": 16, "vocab_size": 1024, "num_experts": 8,
                  "num_experts_per_tok": 2, "norm_topk_prob": True},
+    # GPU presets: the Qwen3-0.6B shape, and a small Qwen3-MoE of the Qwen3-30B-A3B kind
+    # (64 experts, top 8, every layer sparse). Their vocabulary is 32,768 rows, not Qwen3's
+    # 151,936: the BPE trained here on a few MB of text stops near 29k tokens (reserved tokens
+    # fill the rest), and rows no token uses would only dilute the toy environment's reward.
+    # They are saved in bf16, the dtype the servers run and the trainer publishes back (its
+    # master weights stay fp32): half the bytes of every weight export and load.
+    "qwen3-0.6b": {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                   "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                   "vocab_size": 32768, "save_dtype": "bfloat16"},
+    "qwen3-moe-small": {"hidden_size": 1024, "intermediate_size": 3072,
+                        "moe_intermediate_size": 256, "num_hidden_layers": 12,
+                        "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64,
+                        "vocab_size": 32768, "num_experts": 64, "num_experts_per_tok": 8,
+                        "norm_topk_prob": True, "save_dtype": "bfloat16"},
 }
 
 CHAT_TEMPLATE = (
@@ -60,6 +74,9 @@ def train_tokenizer(out_dir: Path, vocab_size: int) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
+    short = vocab_size - tok.get_vocab_size()
+    if short > 0:  # BPE ran out of merges: reserved tokens fill the vocabulary, as in Qwen's
+        tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(short)])
     tok.save(str(out_dir / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -87,6 +104,7 @@ def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 
     from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     shape = dict(PRESETS[preset])
+    save_dtype = shape.pop("save_dtype", "float32")
     moe = "num_experts" in shape
     config_cls, model_cls = (Qwen3MoeConfig, Qwen3MoeForCausalLM) if moe else (
         Qwen3Config, Qwen3ForCausalLM)
@@ -101,10 +119,10 @@ def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 
         eos_token_id=tok.token_to_id("<|im_end|>"),
         pad_token_id=tok.token_to_id("<|endoftext|>"),
         bos_token_id=None,
-        torch_dtype="float32",
+        torch_dtype=save_dtype,
     )
     torch.manual_seed(seed)
-    model = model_cls(config)
+    model = model_cls(config).to(getattr(torch, save_dtype))
     model.save_pretrained(out, safe_serialization=True)
     marker.write_text(json.dumps(wanted))
     return out
