@@ -109,7 +109,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         # spawned from the main thread: the servers die with this process (die_with_parent);
         # metrics scraped by default (infer/kv_hit_rate per step)
         fleet, supervisor = await open_fleet(cfg, model_dir, run_dir.logs, stack,
-                                             scrape_metrics=True)
+                                             scrape_metrics=True, run_dir=run_dir)
         if resume.version >= cfg.orchestrator.steps:
             log.info("all %d steps are done in %s", cfg.orchestrator.steps, run_dir.root)
             return 0

@@ -55,6 +55,12 @@ def _tasks(args: argparse.Namespace) -> int:
     return {"generate": cli.generate_cli, "validate": cli.validate_cli}[args.tasks_cmd](args)
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from swefleet.plan.cli import plan_cli
+
+    return plan_cli(args)
+
+
 def _clean(args: argparse.Namespace) -> int:
     from envs.reaper import remove_run_containers
 
@@ -109,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     im.set_defaults(func=_images)
 
     _add_tasks_parsers(sub)
+
+    pl = sub.add_parser("plan", help="capacity and cost plan of a layout (docs/planning.md)")
+    src = pl.add_mutually_exclusive_group(required=True)
+    src.add_argument("--layout", help="layout TOML (see configs/layouts/)")
+    src.add_argument("--config", help="run config TOML: plan its model and roles")
+    pl.set_defaults(func=_plan)
 
     cl = sub.add_parser("clean", help="remove containers left by runs")
     cl.add_argument("--run-id", default=None, help="only this run (default: all swefleet runs)")

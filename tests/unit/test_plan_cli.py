@@ -1,0 +1,74 @@
+"""`swefleet plan` prints tables and one JSON object as its last line, for the reference
+layout and for a run config."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from swefleet.cli import main
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _json_last_line(capsys, argv) -> dict:
+    assert main(argv) == 0
+    out = capsys.readouterr().out.rstrip("\n").splitlines()
+    assert len(out) > 10  # the tables come first
+    return json.loads(out[-1])
+
+
+def test_reference_layout(capsys):
+    plan = _json_last_line(capsys, ["plan", "--layout",
+                                    str(ROOT / "configs/layouts/glm5_28x8.toml")])
+    assert plan["gpus"]["total"] == 224 and plan["gpus"]["idle"] == 0
+    # GLM-5 is published as 744B total, 40B active
+    assert plan["params"]["total"] == pytest.approx(744e9, rel=0.01)
+    assert plan["params"]["active"] == pytest.approx(41e9, rel=0.05)
+    # MLA latent (512 + 64) x 2 bytes + 132 indexer bytes, over 78 layers
+    assert plan["inference"]["kv_bytes_per_token"] == 78 * (576 * 2 + 132)
+    assert plan["traffic"]["router_replay_bytes_per_token"] == 75 * 8  # uint8 ids
+    assert plan["trainer"]["mem_fits"] is True
+    step = plan["step"]
+    assert step["step_s"] == pytest.approx(max(step["rollout_s"], step["train_s"])
+                                           + step["weight_sync_s"])
+    assert plan["cost"]["currency"] == "USD" and plan["cost"]["per_rollout"] > 0
+
+
+def test_run_config(capsys):
+    plan = _json_last_line(capsys, ["plan", "--config", str(ROOT / "configs/gpu_vllm.toml")])
+    assert plan["model"] == "qwen3-0.6b" and plan["gpus"]["total"] == 1  # shared GPU 0
+    assert plan["trainer"]["tokens_per_step"] == 64 * (256 + 64)  # 8 groups x 8 rollouts
+    # qwen3-0.6b preset: 28 layers x 2 x 8 kv heads x 128 x bf16
+    assert plan["inference"]["kv_bytes_per_token"] == 28 * 2 * 8 * 128 * 2
+    assert plan["trainer"]["mem_room_gib_per_gpu"] == pytest.approx(140 * 0.65)
+
+
+def test_moe_run_config(capsys):
+    plan = _json_last_line(capsys, ["plan", "--config",
+                                    str(ROOT / "configs/gpu_moe_vllm.toml")])
+    assert plan["params"]["moe_layers"] == 12 and "router_replay_gbit_s_fleet" in plan["traffic"]
+
+
+def test_hf_config_with_mla(tmp_path, capsys):
+    """`--config` with a checkpoint whose config.json is DeepSeek/GLM-style (MLA + MoE)."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({
+        "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 2, "vocab_size": 16, "intermediate_size": 4,
+        "kv_lora_rank": 4, "q_lora_rank": 2, "qk_rope_head_dim": 1, "qk_nope_head_dim": 3,
+        "v_head_dim": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 2, "n_shared_experts": 1, "first_k_dense_replace": 1}))
+    run = tmp_path / "run.toml"
+    run.write_text(f'[model]\npath = "{ckpt}"\n')
+    plan = _json_last_line(capsys, ["plan", "--config", str(run)])
+    # attention: q_a 8x2 + q_b 2x2x(3+1) + kv_a 8x(4+1) + kv_b 4x2x(3+4) + o 2x4x8
+    #          = 16 + 16 + 40 + 56 + 64 = 192 a layer
+    # dense layer: 192 + MLP 3x8x4 = 288; MoE layer: 192 + (4+1) x 3x8x2 + router 8x4 = 464
+    # embeddings 16x8 = 128, untied lm_head 128
+    assert plan["params"]["total"] == 288 + 464 + 256
+    # KV: the latent 4 + 1 rope elements x 2 bytes x 2 layers
+    assert plan["inference"]["kv_bytes_per_token"] == 20
