@@ -269,6 +269,9 @@ class InferenceConfig(BaseModel):
         return self.kind
 
 
+EMBEDDED_API_ERROR = "server_api='vllm' is for vLLM servers; the embedded engine speaks 'swefleet'"
+
+
 def _check_external(cfg: InferenceConfig) -> None:
     if not cfg.servers:
         raise ValueError("kind='external' needs servers (or --server URL)")
@@ -283,9 +286,8 @@ def _check_external(cfg: InferenceConfig) -> None:
 
 
 def _place_embedded(cfg: InferenceConfig) -> None:
-    if cfg.server_api != "swefleet":
-        raise ValueError("server_api='vllm' is for vLLM servers; the embedded engine speaks "
-                         "'swefleet'")
+    if cfg.kind == "embedded" and cfg.server_api != "swefleet":  # `auto`: swefleet/topology.py
+        raise ValueError(EMBEDDED_API_ERROR)  # (a FleetClient on its own may talk to any server)
     if cfg.gpus_per_server != 1:
         raise ValueError(f"gpus_per_server={cfg.gpus_per_server}: an embedded server uses 1 GPU")
     if cfg.gpus:

@@ -270,14 +270,16 @@ class FleetClient:
         return {s.url: s.version for s in self._every}
 
     async def update_weights(
-        self, version: int, path: str | Path, *, abort_in_flight: bool | None = None
+        self, version: int, path: str | Path, *, abort_in_flight: bool | None = None,
+        rejoining: Sequence[str] = (),
     ) -> None:
-        """Load `path` (HF safetensors dir) on every server in service (both pools under P/D);
+        """Load `path` (HF safetensors dir) on every server in service (both pools under P/D)
+        and on the out-of-service servers at the URLs `rejoining` (restarted ones catching up);
         returns once all serve `version`. A broadcast marker (`v{n:06d}.nccl.json`) as `path`:
         every server joins the trainer's group if needed and receives the broadcast
         (`inference/weight_sync.py`); a marker naming a directory loads that directory."""
         abort = self.config.abort_on_update if abort_in_flight is None else abort_in_flight
-        targets = [s for s in self._every if s.in_service]
+        targets = [s for s in self._every if s.in_service or s.url in rejoining]
         if is_marker(path):  # the trainer broadcasts this version (swefleet/weight_transfer.py)
             marker = await asyncio.to_thread(read_marker, path)
             if marker.version != version:

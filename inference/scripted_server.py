@@ -413,22 +413,23 @@ def create_app(
         transfer["init_info"] = info
         return {"message": "Weight transfer initialized"}
 
+    def switch_session(name: str, active: bool, error: str) -> None:
+        """start (`active`) or finish an update session; vLLM's 500 when it already is so."""
+        transfer_call(name)
+        if transfer["session"] == active:
+            raise HTTPException(500, error)
+        transfer["session"] = active
+
     @app.post("/start_weight_update")
     async def start_weight_update() -> dict:
-        transfer_call("start_weight_update")
-        if transfer["session"]:
-            raise HTTPException(500, "start_weight_update called while a weight update is "
-                                     "already active. Call finish_weight_update first.")
-        transfer["session"] = True
+        switch_session("start_weight_update", True, "start_weight_update called while a weight "
+                       "update is already active. Call finish_weight_update first.")
         return {"message": "Weight update started"}
 
     @app.post("/finish_weight_update")
     async def finish_weight_update() -> dict:
-        transfer_call("finish_weight_update")
-        if not transfer["session"]:
-            raise HTTPException(500, "finish_weight_update called without a matching "
-                                     "start_weight_update.")
-        transfer["session"] = False
+        switch_session("finish_weight_update", False, "finish_weight_update called without a "
+                       "matching start_weight_update.")
         return {"message": "Weight update finished"}
 
     @app.get("/weight_transfer")

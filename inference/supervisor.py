@@ -19,13 +19,22 @@ and `guard` raises `NoServersLeft` once none is left.
 
 A weight update that fails only on servers whose process died is not an error: those are
 restarted with the new weights.
+
+Weight sync by broadcast (`inference/weight_sync.py`): most versions are only broadcast (a marker
+without a directory), so a server restarts on the newest weights DIRECTORY (the last update that
+had one; the run's model before any). A restarted process is in no transfer group, so a dead
+server makes the supervisor call `new_group_epoch` (the run announces the next epoch of the
+trainer's group: `orchestrator/weight_sync.py`): the trainer and every server join it at the
+next broadcast. A restarted server behind a broadcast-only version stays out of service until
+that broadcast: the next update waits for restarts in progress, sends to it too, and brings it
+back into service at the new version.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -44,19 +53,15 @@ class NoServersLeft(RuntimeError):
     """Every inference server died and none could be restarted."""
 
 
-def weights_dir(path: Path) -> Path:
+def weights_dir(path: Path) -> Path | None:
     """The checkpoint directory of an update's `path`: the directory itself, or the one a
-    broadcast marker names; a broadcast-only version has none (a server cannot be restarted on
-    it: RuntimeError)."""
+    broadcast marker names; None for a broadcast-only version."""
     from swefleet.weight_transfer import is_marker, read_marker
 
     if not is_marker(path):
         return path
     marker = read_marker(path)
-    if marker.path is None:
-        raise RuntimeError(f"policy v{marker.version} exists only as a broadcast ({path}): no "
-                           "weights directory to restart a server on")
-    return path.parent / marker.path
+    return None if marker.path is None else path.parent / marker.path
 
 
 class Supervisor:
@@ -69,11 +74,19 @@ class Supervisor:
         config: InferenceConfig,
         model_dir: str | Path,
         version: int = 0,
+        *,
+        new_group_epoch: Callable[[], object] | None = None,
     ) -> None:
         self.servers, self.fleet, self.config = servers, fleet, config
         self.target = (version, Path(model_dir))
-        """(version, weights dir) every server should serve: the last update's."""
+        """(version, path) every server should serve: the last update's (maybe a marker)."""
+        self.dir_target = self.target
+        """(version, weights dir) of the last update that had a directory: restarts start there."""
+        self.new_group_epoch = new_group_epoch
+        """Weight sync by broadcast: announces the next epoch of the trainer's transfer group."""
         self.restarts = 0
+        self._behind: set[int] = set()
+        """Restarted servers out of service until the next broadcast brings them up to date."""
         self.lost: set[int] = set()
         self._failures = [0] * len(servers.specs)
         self._restarting: dict[int, asyncio.Task] = {}
@@ -104,20 +117,40 @@ class Supervisor:
 
     async def update_weights(self, version: int, path: str | Path) -> None:
         """`FleetClient.update_weights` that remembers the weights for restarts and tolerates
-        servers that died during the update (they are restarted with these weights)."""
+        servers that died during the update (they are restarted with these weights). Restarted
+        servers waiting for a broadcast take part and are back in service after it."""
+        path = Path(path)
+        directory = await asyncio.to_thread(weights_dir, path)
+        if directory is None:  # a broadcast: every restart in progress takes part
+            await asyncio.gather(*(asyncio.shield(t) for t in list(self._restarting.values())),
+                                 return_exceptions=True)
         async with self._lock:
-            self.target = (version, Path(path))
+            self.target = (version, path)
+            if directory is not None:
+                self.dir_target = (version, directory)
+            behind = sorted(self._behind)
             try:
-                await self.fleet.update_weights(version, path)
+                await self.fleet.update_weights(
+                    version, path, rejoining=[self.servers.urls[i] for i in behind])
             except WeightUpdateError:
-                behind = [i for i, url in enumerate(self.servers.urls)
-                          if self.fleet.server(url).in_service
-                          and self.fleet.server(url).version != version]
-                if not behind or not all(map(self.servers.exited, behind)):
+                if not self._all_behind_died(version):
                     raise
-                for i in behind:
-                    self._take_out(i, "died during a weight update")
-                self._check_some_left()
+            for i in behind:
+                if i in self._behind and self.fleet.server(self.servers.urls[i]).version == version:
+                    self._back_in_service(i, version)
+
+    def _all_behind_died(self, version: int) -> bool:
+        """After a failed update: whether every server left behind has died (then they are
+        restarted); False leaves the failure to the caller."""
+        behind = [i for i, url in enumerate(self.servers.urls)
+                  if (self.fleet.server(url).in_service or i in self._behind)
+                  and self.fleet.server(url).version != version]
+        if not behind or not all(map(self.servers.exited, behind)):
+            return False
+        for i in behind:
+            self._take_out(i, "died during a weight update")
+        self._check_some_left()
+        return True
 
     async def guard(self, work: Awaitable[T]) -> T:
         """Await `work`; cancel it and raise `NoServersLeft` once no server is left."""
@@ -164,10 +197,13 @@ class Supervisor:
         state = self.fleet.server(url)
         state.in_service, state.restarting = False, self.config.restart_dead_servers
         self._failures[i] = 0
+        self._behind.discard(i)
         if not self.config.restart_dead_servers:
             log.error("inference server %d (%s) %s; restarts are off: given up", i, url, why)
             self._give_up(i)
             return
+        if self.new_group_epoch is not None:  # its ranks are gone from the trainer's group
+            self.new_group_epoch()
         log.warning("inference server %d (%s) %s: restarting it", i, url, why)
         self._restarting[i] = asyncio.create_task(self._restart(i), name=f"restart-server-{i}")
 
@@ -177,8 +213,8 @@ class Supervisor:
             handle = self.servers.handles[i]
             if handle is not None:
                 await asyncio.to_thread(handle.stop, 5.0)
-            version, path = self.target
-            self.servers.respawn(i, weights_dir(path), version)  # main thread: die_with_parent
+            version, path = self.dir_target
+            self.servers.respawn(i, path, version)  # main thread: die_with_parent
             await self.servers.wait(i)
             await self._rejoin(i, version)
         except asyncio.CancelledError:
@@ -191,20 +227,36 @@ class Supervisor:
             self._restarting.pop(i, None)
 
     async def _rejoin(self, i: int, started_version: int) -> None:
-        """Bring a restarted server to the current weights, then back into service."""
+        """Bring a restarted server to the current weights, then back into service; behind a
+        broadcast-only version it waits out of service for the next broadcast."""
         url = self.servers.urls[i]
-        state = self.fleet.server(url)
         async with self._lock:  # no update can slip between the catch-up and the rejoin
             version, path = self.target
-            if version != started_version or (self.servers.kind == "vllm" and version > 0):
-                await self.fleet.update_server(url, version, weights_dir(path))
-            state.version, state.down_until, state.in_service = version, 0.0, True
-            state.restarting = False
+            if version == started_version and not (self.servers.kind == "vllm" and version > 0):
+                self._back_in_service(i, version)
+                return
+            directory = await asyncio.to_thread(weights_dir, path)
+            if directory is None:
+                self.fleet.server(url).version = started_version
+                self._behind.add(i)
+                log.info("inference server %d (%s) restarted on v%d: back in service after the "
+                         "next broadcast", i, url, started_version)
+                return
+            await self.fleet.update_server(url, version, directory)
+            self._back_in_service(i, version)
+
+    def _back_in_service(self, i: int, version: int) -> None:
+        url = self.servers.urls[i]
+        state = self.fleet.server(url)
+        state.version, state.down_until, state.in_service = version, 0.0, True
+        state.restarting = False
+        self._behind.discard(i)
         self.restarts += 1
         log.info("inference server %d (%s) restarted, serving policy v%d", i, url, version)
 
     def _give_up(self, i: int) -> None:
         self.lost.add(i)
+        self._behind.discard(i)
         self.fleet.server(self.servers.urls[i]).restarting = False
         handle = self.servers.handles[i]
         if handle is not None:

@@ -9,17 +9,21 @@ server join (once) and receive it, concurrently with the trainer's broadcast.
 After an inference server restarted, the group the trainer formed is gone for that server:
 `new_group_epoch` announces the same group with the next epoch in `weights/nccl_group.json`; the
 trainer joins it before its next broadcast, and the next marker carries it, so every server
-joins again (`fleet.init_weight_sync` is idempotent per group: epoch included).
+joins again (`fleet.init_weight_sync` is idempotent per group: epoch included). The supervisor
+calls it through `regroup_after_restart` (`swefleet/servers.py` hands it over).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from typing import Any
 
 from swefleet.rundir import RunDir, write_json_atomic
 from swefleet.weight_transfer import GROUP_FILE, TransferGroup
+
+log = logging.getLogger(__name__)
 
 
 def free_port(host: str) -> int:
@@ -76,4 +80,15 @@ def new_group_epoch(run_dir: RunDir, world_size: int | None = None) -> TransferG
         update["world_size"] = world_size
     group = group.model_copy(update=update)
     write_json_atomic(run_dir.weights / GROUP_FILE, group.model_dump(mode="json"))
+    return group
+
+
+def regroup_after_restart(run_dir: RunDir) -> TransferGroup | None:
+    """An inference server died and is restarted: announce the next group epoch, if the
+    trainer broadcasts (None when it does not, or has not started yet)."""
+    if current_group(run_dir) is None:
+        return None
+    group = new_group_epoch(run_dir)
+    log.info("weight-transfer group epoch %d announced (an inference server restarts)",
+             group.epoch)
     return group

@@ -5,6 +5,7 @@ supervisor that restarts dead ones; everything is stopped by the caller's exit s
 from __future__ import annotations
 
 import asyncio
+import functools
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from inference.fleet import FleetClient
     from inference.supervisor import Supervisor
     from swefleet.config import RunConfig
+    from swefleet.rundir import RunDir
 
 
 async def open_fleet(
@@ -24,9 +26,11 @@ async def open_fleet(
     stack: AsyncExitStack,
     *,
     scrape_metrics: bool | None = None,
+    run_dir: RunDir | None = None,
 ) -> tuple[FleetClient, Supervisor]:
     """Start (or check) the servers, then the client and the supervisor; `model_dir` is served
-    as policy version 0 (call `supervisor.update_weights` to move every server on)."""
+    as policy version 0 (call `supervisor.update_weights` to move every server on). `run_dir`:
+    the RL run whose trainer may broadcast its weights (a restart re-forms its group)."""
     from inference.fleet import FleetClient
     from inference.fleet_launch import ServerFleet
     from inference.supervisor import Supervisor
@@ -40,7 +44,12 @@ async def open_fleet(
         client_cfg = cfg.inference.model_copy(update={"scrape_metrics": scrape_metrics})
     fleet = FleetClient(urls, client_cfg)
     stack.push_async_callback(fleet.aclose)
-    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
+    regroup = None
+    if run_dir is not None and cfg.inference.weight_sync == "nccl":
+        from orchestrator.weight_sync import regroup_after_restart
+
+        regroup = functools.partial(regroup_after_restart, run_dir)
+    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir, new_group_epoch=regroup)
     stack.push_async_callback(supervisor.aclose)
     supervisor.start()
     return fleet, supervisor

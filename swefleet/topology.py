@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from inference.config import InferenceConfig, ServerSpec
+from inference.config import EMBEDDED_API_ERROR, InferenceConfig, ServerSpec
 
 if TYPE_CHECKING:
     from swefleet.config import RunConfig
@@ -58,6 +58,8 @@ def resolve_topology(cfg: RunConfig) -> Topology:
     if kind == "external":
         servers = tuple(ServerSpec(i, url=url) for i, url in enumerate(inf.servers))
         return Topology(kind, servers, ranks, trainer_gpus, ())
+    if kind == "embedded" and inf.server_api != "swefleet":
+        raise ValueError(EMBEDDED_API_ERROR)
     inference_gpus = _inference_gpus(inf)
     shared = tuple(g for g in inference_gpus if g in trainer_gpus)
     if shared and not (inference_gpus == trainer_gpus == shared and len(shared) == 1):

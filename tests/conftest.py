@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,77 @@ def tok(tmp_path_factory):
     path = tmp_path_factory.mktemp("tokenizer")
     train_tokenizer(path, vocab_size=1024)
     return Tokenizer.from_dir(path)
+
+
+# --- inference: the tiny model, an embedded server on it, a fake `vllm` command ---------------
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The tiny model (`inference.testing.tiny_checkpoint`), made once per session under
+    `<basetemp>/inference-models` and shared by the modules that ask for it."""
+    from inference.testing import tiny_checkpoint
+
+    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory, request):
+    """An embedded server on `model_dir` for a module's tests (one thread; batch size: the
+    module's `SERVER_MAX_BATCH_SIZE`, else 8); its log in a folder named after the module."""
+    from inference.launch import start_embedded_server
+
+    batch = getattr(request.module, "SERVER_MAX_BATCH_SIZE", 8)
+    log = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "server.log"
+    with start_embedded_server(model_dir, log_path=log, threads=1, max_batch_size=batch) as handle:
+        yield handle
+
+
+@pytest.fixture
+def fake_vllm(tmp_path):
+    """An executable `vllm` (in `tmp_path/bin`) that runs tests/fake_vllm.py."""
+    import sys
+
+    exe = tmp_path / "bin" / "vllm"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    script = Path(__file__).resolve().parent / "fake_vllm.py"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+    exe.chmod(0o755)
+    return exe
+
+
+# --- orchestrator: a toy `swefleet rl` config on the tiny model -------------------------------
+
+TOY_RL_CONFIG = """name = "{name}"
+environment = "token_target"
+[toy]
+n_tasks = 2
+answer_tokens = 4
+[model]
+path = "{model_dir}"
+[inference]
+request_timeout_s = 60
+{inference}
+[trainer]
+device = "cpu"
+lr = 5e-3
+[orchestrator]
+groups_per_step = 2
+max_off_policy_steps = 2
+{orchestrator}
+"""
+
+
+@pytest.fixture
+def toy_rl_config(tmp_path, model_dir):
+    """`write(name, inference, orchestrator) -> Path`: `tmp_path/rl.toml`, a token_target run
+    of `model_dir` on the CPU; `inference` and `orchestrator` are TOML lines added to those
+    sections (`inference` may open subsections such as `[inference.vllm]`)."""
+
+    def write(name: str, inference: str, orchestrator: str) -> Path:
+        path = tmp_path / "rl.toml"
+        path.write_text(TOY_RL_CONFIG.format(name=name, model_dir=model_dir, inference=inference,
+                                             orchestrator=orchestrator))
+        return path
+
+    return write

@@ -14,23 +14,11 @@ from inference.config import InferenceConfig
 from inference.fleet import FleetClient
 from inference.launch import start_embedded_server
 from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import perturbed_checkpoint, reference_logprobs, tiny_checkpoint
+from inference.testing import perturbed_checkpoint, reference_logprobs
 
 pytestmark = pytest.mark.integration
 
 PROMPT = [11, 42, 7, 300, 5, 99]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
-
-
-@pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    log = tmp_path_factory.mktemp("engine-logs") / "server.log"
-    with start_embedded_server(model_dir, log_path=log, threads=1, max_batch_size=8) as handle:
-        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from inference.launch import start_scripted_server
-from inference.testing import tiny_checkpoint
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -22,45 +21,16 @@ TASKS = REPO / "envs/data/quickstart/tasks.jsonl"
 STEPS = 2
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")  # shared
+@pytest.fixture
+def rl_config(toy_rl_config):
+    """`rl_config(inference) -> Path`: the run of these tests on the fleet `inference` says."""
 
+    def write(inference: str) -> Path:
+        return toy_rl_config("topology", f'model_name = "policy"\n{inference}',
+                             f"steps = {STEPS}\nrollouts_per_task = 4\n"
+                             "max_concurrent_episodes = 8\nasync_level = 1")
 
-def fake_vllm(tmp_path: Path) -> Path:
-    """An executable `vllm` that runs tests/fake_vllm.py."""
-    exe = tmp_path / "bin" / "vllm"
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{REPO}/tests/fake_vllm.py" "$@"\n')
-    exe.chmod(0o755)
-    return exe
-
-
-def rl_config(tmp_path: Path, model_dir: Path, inference: str) -> Path:
-    path = tmp_path / "rl.toml"
-    path.write_text(f"""name = "topology"
-environment = "token_target"
-[toy]
-n_tasks = 2
-answer_tokens = 4
-[model]
-path = "{model_dir}"
-[inference]
-model_name = "policy"
-request_timeout_s = 60
-{inference}
-[trainer]
-device = "cpu"
-lr = 5e-3
-[orchestrator]
-steps = {STEPS}
-groups_per_step = 2
-rollouts_per_task = 4
-max_concurrent_episodes = 8
-async_level = 1
-max_off_policy_steps = 2
-""")
-    return path
+    return write
 
 
 def run_cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -84,19 +54,19 @@ def assert_all_served(summary: dict, n: int) -> None:
         assert counts["policy_version"] == STEPS, (url, servers)
 
 
-def test_rl_on_two_launched_embedded_servers(tmp_path, model_dir):
-    config = rl_config(tmp_path, model_dir, "num_servers = 2\ncpu_threads = 1\n")
+def test_rl_on_two_launched_embedded_servers(tmp_path, rl_config):
+    config = rl_config("num_servers = 2\ncpu_threads = 1\n")
     assert_all_served(rl(tmp_path, config), 2)
     for i in range(2):  # each its own process and log, each loaded every version
         log = (tmp_path / "run" / "logs" / f"server-{i}.log").read_text()
         assert f"serving policy version {STEPS}" in log
 
 
-def test_rl_on_external_servers(tmp_path, model_dir):
+def test_rl_on_external_servers(tmp_path, rl_config):
     # scripted servers (no model: quick to start) speak the embedded engine's API, versions too
     with (start_scripted_server(log_path=tmp_path / "a.log") as a,
           start_scripted_server(log_path=tmp_path / "b.log") as b):
-        config = rl_config(tmp_path, model_dir, "")
+        config = rl_config("")
         summary = rl(tmp_path, config, "--server", a.url, "--server", b.url)
         assert_all_served(summary, 2)
         assert set(summary["servers"]) == {a.url, b.url}
@@ -105,20 +75,21 @@ def test_rl_on_external_servers(tmp_path, model_dir):
     assert not (tmp_path / "run" / "logs" / "server-0.log").exists()  # nothing launched
 
 
-def test_rl_on_launched_vllm_servers(tmp_path, model_dir):
+def test_rl_on_launched_vllm_servers(tmp_path, model_dir, fake_vllm, rl_config):
     record = tmp_path / "vllm-calls.jsonl"
-    config = rl_config(tmp_path, model_dir, f"""kind = "vllm"
+    config = rl_config(f"""kind = "vllm"
 num_servers = 2
 gpus = [4, 5, 6, 7]
 [inference.vllm]
 tensor_parallel_size = 2
 max_model_len = 4096
-executable = "{fake_vllm(tmp_path)}"
+executable = "{fake_vllm}"
 env = {{ FAKE_VLLM_RECORD = "{record}" }}
 """)
     assert_all_served(rl(tmp_path, config), 2)
     calls = [json.loads(line) for line in record.read_text().splitlines()]
-    assert [c["env"]["CUDA_VISIBLE_DEVICES"] for c in calls] == ["4,5", "6,7"]
+    # the servers start at the same time: their calls are recorded in either order
+    assert sorted(c["env"]["CUDA_VISIBLE_DEVICES"] for c in calls) == ["4,5", "6,7"]
     for call in calls:
         argv, env = call["argv"], call["env"]
         assert argv[:2] == ["serve", str(model_dir)]
@@ -131,10 +102,9 @@ env = {{ FAKE_VLLM_RECORD = "{record}" }}
     assert len(ports) == 2
 
 
-def test_vllm_kind_without_vllm_is_one_line_and_exit_2(tmp_path, model_dir):
+def test_vllm_kind_without_vllm_is_one_line_and_exit_2(tmp_path, rl_config):
     missing = tmp_path / "nowhere" / "vllm"
-    config = rl_config(tmp_path, model_dir,
-                       f'kind = "vllm"\n[inference.vllm]\nexecutable = "{missing}"\n')
+    config = rl_config(f'kind = "vllm"\n[inference.vllm]\nexecutable = "{missing}"\n')
     proc = run_cli("rl", "--config", str(config), "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "error" in line]

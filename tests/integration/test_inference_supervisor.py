@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -16,24 +16,31 @@ import pytest
 from inference.fleet import FleetClient
 from inference.fleet_launch import ServerFleet
 from inference.supervisor import NoServersLeft, Supervisor
-from inference.testing import perturbed_checkpoint, tiny_checkpoint
+from inference.testing import perturbed_checkpoint
 from swefleet.config import RunConfig
 from swefleet.topology import resolve_topology
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 PROMPT = [11, 42, 7, 99]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
-
-
-def launched(inference: dict, log_dir: Path) -> tuple[RunConfig, ServerFleet]:
+@asynccontextmanager
+async def supervised(inference: dict, model_dir: Path, log_dir: Path):
+    """The launched fleet `inference` describes, on `model_dir`, its client and its started
+    supervisor; all stopped at the end."""
     cfg = RunConfig.model_validate({"inference": inference, "trainer": {"device": "cpu"}})
     topo = resolve_topology(cfg)
-    return cfg, ServerFleet(topo.kind, topo.servers, cfg.inference, log_dir)
+    servers = ServerFleet(topo.kind, topo.servers, cfg.inference, log_dir)
+    await servers.start(model_dir)
+    fleet = FleetClient(servers.urls, cfg.inference)
+    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
+    supervisor.start()
+    try:
+        yield servers, fleet, supervisor
+    finally:
+        await supervisor.aclose()
+        await fleet.aclose()
+        servers.stop()
 
 
 async def until(condition, timeout_s: float = 120.0) -> None:
@@ -57,13 +64,10 @@ async def greedy_logprobs(url: str) -> list[float]:
 
 
 async def test_server_killed_during_an_update_restarts_with_the_new_weights(tmp_path, model_dir):
-    cfg, servers = launched({"num_servers": 2, "cpu_threads": 1, "max_batch_size": 2,
-                             "health_interval_s": 0.2}, tmp_path / "logs")
-    await servers.start(model_dir)
-    fleet = FleetClient(servers.urls, cfg.inference)
-    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
-    supervisor.start()
-    try:
+    inference = {"num_servers": 2, "cpu_threads": 1, "max_batch_size": 2,
+                 "health_interval_s": 0.2}
+    async with supervised(inference, model_dir, tmp_path / "logs") as (servers, fleet,
+                                                                        supervisor):
         v1 = perturbed_checkpoint(model_dir, tmp_path / "v1")
         url, pid = servers.urls[0], servers.handles[0].pid
         before = await greedy_logprobs(url)
@@ -80,35 +84,20 @@ async def test_server_killed_during_an_update_restarts_with_the_new_weights(tmp_
         assert supervisor.metrics() == {"infer/server_restarts": 1.0, "infer/servers_lost": 0.0}
         log = (tmp_path / "logs" / "server-0.log").read_text()
         assert f"start on {v1} (v1)" in log  # one log per server, the restart appended
-    finally:
-        await supervisor.aclose()
-        await fleet.aclose()
-        servers.stop()
 
 
-def fake_vllm(tmp_path: Path) -> Path:
-    exe = tmp_path / "bin" / "vllm"
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{REPO}/tests/fake_vllm.py" "$@"\n')
-    exe.chmod(0o755)
-    return exe
-
-
-def vllm_inference(tmp_path: Path, restart: bool) -> dict:
+def vllm_inference(tmp_path: Path, exe: Path, restart: bool) -> dict:
     return {"kind": "vllm", "num_servers": 2, "gpus": [0, 1], "health_interval_s": 0.2,
             "restart_dead_servers": restart,
-            "vllm": {"executable": str(fake_vllm(tmp_path)),
+            "vllm": {"executable": str(exe),
                      "env": {"FAKE_VLLM_RECORD": str(tmp_path / "calls.jsonl")}}}
 
 
 async def test_vllm_servers_restart_on_the_latest_weights_and_requests_wait_for_them(
-        tmp_path, model_dir):
-    cfg, servers = launched(vllm_inference(tmp_path, restart=True), tmp_path / "logs")
-    await servers.start(model_dir)
-    fleet = FleetClient(servers.urls, cfg.inference)
-    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
-    supervisor.start()
-    try:
+        tmp_path, model_dir, fake_vllm):
+    inference = vllm_inference(tmp_path, fake_vllm, restart=True)
+    async with supervised(inference, model_dir, tmp_path / "logs") as (servers, fleet,
+                                                                        supervisor):
         v3 = tmp_path / "v3"  # a checkpoint dir (the scripted server loads no weights)
         v3.mkdir()
         (v3 / "config.json").write_text((model_dir / "config.json").read_text())
@@ -130,19 +119,13 @@ async def test_vllm_servers_restart_on_the_latest_weights_and_requests_wait_for_
         gpus = {c["argv"][c["argv"].index("--port") + 1]: c["env"]["CUDA_VISIBLE_DEVICES"]
                 for c in calls}
         assert gpus == {url.rsplit(":", 1)[1]: str(i) for i, url in enumerate(urls)}
-    finally:
-        await supervisor.aclose()
-        await fleet.aclose()
-        servers.stop()
 
 
-async def test_without_restarts_work_goes_on_until_no_server_is_left(tmp_path, model_dir):
-    cfg, servers = launched(vllm_inference(tmp_path, restart=False), tmp_path / "logs")
-    await servers.start(model_dir)
-    fleet = FleetClient(servers.urls, cfg.inference)
-    supervisor = Supervisor(servers, fleet, cfg.inference, model_dir)
-    supervisor.start()
-    try:
+async def test_without_restarts_work_goes_on_until_no_server_is_left(
+        tmp_path, model_dir, fake_vllm):
+    inference = vllm_inference(tmp_path, fake_vllm, restart=False)
+    async with supervised(inference, model_dir, tmp_path / "logs") as (servers, fleet,
+                                                                        supervisor):
         servers.handles[0].kill()
         await until(lambda: supervisor.lost == {0}, 30)
         assert not fleet.server(servers.urls[0]).in_service
@@ -156,7 +139,3 @@ async def test_without_restarts_work_goes_on_until_no_server_is_left(tmp_path, m
             await supervisor.guard(asyncio.sleep(60))
         assert supervisor.metrics()["infer/servers_lost"] == 2.0
         assert supervisor.restarts == 0
-    finally:
-        await supervisor.aclose()
-        await fleet.aclose()
-        servers.stop()

@@ -86,6 +86,20 @@ def _gone_within(seen: dict[int, str], timeout_s: float) -> dict[int, str]:
     return left
 
 
+def _sigkill_leaves_nothing(proc: subprocess.Popen, seen: dict[int, str], within_s: float) -> None:
+    """SIGKILL `proc` alone: every process `seen` under it must be gone within `within_s`."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert _gone_within(seen, within_s) == {}
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Cleanup after a failure: SIGKILL `proc`'s process group and wait for it."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _ranks(seen: dict[int, str]) -> list[int]:
     return [p for p, c in seen.items() if "trainer.main" in c and "distributed.run" not in c]
 
@@ -143,13 +157,9 @@ def test_sigkill_of_rl_leaves_no_trainer_rank(tiny, tmp_path):
     try:
         seen.update(_watch(proc, ranks_started, 300))
         assert proc.poll() is None and len(_ranks(seen)) == 2, (proc.poll(), seen)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        assert _gone_within(seen, 60) == {}
+        _sigkill_leaves_nothing(proc, seen, 60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _reap(proc)
 
 
 def test_sigkill_of_torchrun_kills_its_ranks(tmp_path):
@@ -166,13 +176,9 @@ def test_sigkill_of_torchrun_kills_its_ranks(tmp_path):
         assert all(line.endswith("bound\n") for line in lines), lines
         seen = _descendants(proc.pid)
         assert len([c for c in seen.values() if "bind_to_torchrun" in c]) == 2, seen
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        assert _gone_within(seen, 10) == {}
+        _sigkill_leaves_nothing(proc, seen, 10)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _reap(proc)
         proc.stdout.close()
 
 

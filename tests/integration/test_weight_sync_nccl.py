@@ -19,8 +19,7 @@ import torch
 
 from inference.config import InferenceConfig
 from inference.fleet import FleetClient, WeightUpdateError
-from inference.launch import start_embedded_server, start_server
-from inference.testing import tiny_checkpoint
+from inference.launch import start_server
 from orchestrator.weight_sync import free_port
 from swefleet.weight_transfer import (
     GROUP_FILE,
@@ -33,18 +32,7 @@ from swefleet.weight_transfer import (
 pytestmark = pytest.mark.integration
 
 PROMPT = [11, 42, 7, 300, 5, 99]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
-
-
-@pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    log = tmp_path_factory.mktemp("nccl-logs") / "server.log"
-    with start_embedded_server(model_dir, log_path=log, threads=1, max_batch_size=4) as handle:
-        yield handle
+SERVER_MAX_BATCH_SIZE = 4  # the `server` fixture's (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -207,44 +195,41 @@ def _again(marker, version: int):
     return path
 
 
-def test_rl_run_broadcasts_versions_to_every_server(tmp_path, model_dir):
-    """`swefleet rl` (token_target, 2 launched servers, 2 steps) with weight_sync = "nccl": v1
-    is broadcast (a marker, no directory), v2 — the last — is also a directory; both served."""
-    import json
+def start_rl(toy_rl_config, tmp_path, steps: int, async_level: int, inference: str = ""):
+    """`swefleet rl` (token_target, 2 launched servers, weight_sync = "nccl") in a subprocess;
+    returns it and its run directory."""
     import subprocess
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
-    config = tmp_path / "rl.toml"
-    config.write_text(f"""name = "nccl"
-environment = "token_target"
-[toy]
-n_tasks = 2
-answer_tokens = 4
-[model]
-path = "{model_dir}"
-[inference]
-num_servers = 2
-cpu_threads = 1
-request_timeout_s = 60
-weight_sync = "nccl"
-weight_sync_timeout_s = 60
-[trainer]
-device = "cpu"
-lr = 5e-3
-[orchestrator]
-steps = 2
-groups_per_step = 2
-rollouts_per_task = 2
-max_concurrent_episodes = 4
-async_level = 1
-max_off_policy_steps = 2
-""")
+    config = toy_rl_config(
+        "nccl", 'num_servers = 2\ncpu_threads = 1\nweight_sync = "nccl"\n'
+        f"weight_sync_timeout_s = 60\n{inference}",
+        f"steps = {steps}\nrollouts_per_task = 2\nmax_concurrent_episodes = 4\n"
+        f"async_level = {async_level}")
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "swefleet.cli", "rl", "--config", str(config),
-                           "--output-dir", str(out)], cwd=repo, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-5000:]
+    proc = subprocess.Popen([sys.executable, "-m", "swefleet.cli", "rl", "--config", str(config),
+                             "--output-dir", str(out)], cwd=repo, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    return proc, out
+
+
+def finish(proc, timeout_s: float = 300) -> None:
+    try:
+        _, stderr = proc.communicate(timeout=timeout_s)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, stderr[-5000:]
+
+
+def test_rl_run_broadcasts_versions_to_every_server(tmp_path, toy_rl_config):
+    """`swefleet rl` (token_target, 2 launched servers, 2 steps) with weight_sync = "nccl": v1
+    is broadcast (a marker, no directory), v2 — the last — is also a directory; both served."""
+    import json
+
+    proc, out = start_rl(toy_rl_config, tmp_path, steps=2, async_level=1)
+    finish(proc)
     summary = json.loads((out / "summary.json").read_text())
     assert [s["policy_version"] for s in summary["servers"].values()] == [2, 2]
     weights = out / "weights"
@@ -258,3 +243,94 @@ max_off_policy_steps = 2
         log = (out / "logs" / f"server-{i}.log").read_text()
         assert "joined weight-transfer group" in log and "serving policy version 1" in log
     assert "broadcast v1" in (out / "logs" / "trainer.log").read_text()
+
+
+def children(parent: int, module: bytes) -> list[int]:
+    """The processes `parent` started as `python -m <module>`, oldest first."""
+    from pathlib import Path
+
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(fields[1]) == parent and module in cmdline:
+            pids.append(int(stat.parent.name))
+    return sorted(pids)
+
+
+def served_versions(out) -> list[int]:
+    import json
+
+    path = out / "weights.jsonl"
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line)["version"] for line in text.splitlines() if line.endswith("}")]
+
+
+def stop_between_broadcasts(proc, out) -> tuple[int, int]:
+    """SIGSTOP the trainer after a version was served and before it announces the next one
+    (a server dying while a broadcast is under way fails the run); returns that version and
+    the trainer's pid."""
+    import os
+    import signal
+    import time
+
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, "no version served"
+        if served := served_versions(out):
+            (trainer,) = children(proc.pid, b"trainer.main")
+            os.kill(trainer, signal.SIGSTOP)
+            if not marker_path(out / "weights", served[-1] + 1).exists():
+                return served[-1], trainer
+            os.kill(trainer, signal.SIGCONT)
+            while served_versions(out) == served:
+                time.sleep(0.02)
+        time.sleep(0.02)
+
+
+def test_rl_run_restarts_a_killed_server_into_a_new_group_epoch(tmp_path, model_dir,
+                                                                 toy_rl_config):
+    """The same run, 4 steps, one server killed (SIGKILL) after a broadcast version was served,
+    the trainer paused meanwhile: the server restarts on the newest weights directory (the
+    model), stays out of service until the next broadcast — to a new epoch of the trainer's
+    group, the restarted server in it — and every server serves the last version."""
+    import json
+    import os
+    import signal
+    import time
+
+    proc, out = start_rl(toy_rl_config, tmp_path, steps=4, async_level=0,
+                         inference="health_interval_s = 0.2")
+    group_file = out / "weights" / GROUP_FILE
+    killed, trainer = stop_between_broadcasts(proc, out)
+    try:
+        assert killed in (1, 2)  # a broadcast version follows
+        servers = children(proc.pid, b"inference.engine.server")
+        assert len(servers) == 2
+        os.kill(servers[1], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not group_file.exists():  # announced before the trainer's next broadcast
+            assert time.monotonic() < deadline, "no new group epoch announced"
+            time.sleep(0.02)
+    except BaseException:
+        proc.kill()  # its servers and the trainer die with it
+        raise
+    finally:
+        os.kill(trainer, signal.SIGCONT)  # a stopped process would not
+        finish(proc)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["policy_version"] for s in summary["servers"].values()] == [4, 4]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert records[-1]["infer/server_restarts"] >= 1
+    assert json.loads(group_file.read_text())["epoch"] == 1
+    logs = [(out / "logs" / f"server-{i}.log").read_text() for i in range(2)]
+    restarted = [log for log in logs if log.count("--- swefleet: start on") == 2]
+    assert len(restarted) == 1
+    after = restarted[0].rsplit("--- swefleet: start on", 1)[1]
+    assert after.startswith(f" {model_dir} (v0)")  # the newest directory: the model
+    assert "epoch 1 as rank" in after and f"serving policy version {killed + 1}" in after
+    assert "epoch 1" in (out / "logs" / "trainer.log").read_text()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.weight_sync import current_group, new_group_epoch
+from orchestrator.weight_sync import current_group, new_group_epoch, regroup_after_restart
 from swefleet.rundir import RunDir, write_json_atomic
 from swefleet.weight_transfer import (
     BroadcastMarker,
@@ -82,6 +82,14 @@ def test_new_group_epoch_is_announced_for_the_trainer(tmp_path):
     assert current_group(run) == newer and newer.key != GROUP.key
     trainer = WeightBroadcaster(GROUP, 1 << 20, run.weights, rank=0)
     assert trainer._current_group() == newer  # joined before its next broadcast
+
+
+def test_a_server_restart_announces_the_next_epoch_only_when_the_trainer_broadcasts(tmp_path):
+    run = RunDir(tmp_path)
+    assert regroup_after_restart(run) is None  # no trainer job (yet): nothing to re-form
+    broadcasting(run)
+    assert regroup_after_restart(run).epoch == 1
+    assert regroup_after_restart(run) == current_group(run) == GROUP.model_copy(update={"epoch": 2})
 
 
 def test_marker_and_update_info_schema(tmp_path):
