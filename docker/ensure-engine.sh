@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Make sure a Docker engine answers and debootstrap (offline base image) is installed.
+# Make sure a Docker engine answers and debootstrap (offline base image) and bubblewrap (the
+# Docker-free sandbox backend, `[envs] backend = "bwrap"`) are installed.
 # Installs Debian's docker.io and starts dockerd when none runs (needs root on Debian/Ubuntu).
 set -euo pipefail
 
 need_apt=()
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)  # the Docker-free sandbox backend
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "swefleet needs: ${need_apt[*]} (install them, then start the Docker engine)" >&2

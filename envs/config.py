@@ -6,7 +6,7 @@ fields); `SandboxLimits.for_task` merges the override into the farm's defaults.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -120,10 +120,37 @@ class GradingConfig(BaseModel):
     (dependencies, metadata) are kept when the pytest part is unchanged. Empty turns this off."""
 
 
+class BwrapConfig(BaseModel):
+    """The Docker-free backend (`FarmConfig.backend = "bwrap"`, `envs/bwrap/`): sandboxes are
+    bubblewrap namespaces over a root filesystem exported once per image."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cache_dir: str = ""
+    """Where exported root filesystems live, one directory per image id (plus a name index, so a
+    node without Docker can use a cache filled elsewhere, e.g. on a shared filesystem). Empty:
+    `<tmp>/swefleet-bwrap/rootfs`. Every directory above it must be world-traversable."""
+    state_dir: str = ""
+    """Per-sandbox writable copies (workdir, home). Empty: `<tmp>/swefleet-bwrap/sandboxes`."""
+    host_uid_base: int = Field(200000, ge=1000)
+    """When swefleet runs as root, each sandbox runs as its own unprivileged host uid from
+    `host_uid_base` up (so RLIMIT_NPROC counts per sandbox and sandboxes cannot touch each
+    other's files); its files are owned by it. Not root: sandboxes run as the caller's uid."""
+
+
 class FarmConfig(BaseModel):
     """How the farm creates, pools, limits and reaps sandboxes."""
 
     model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["docker", "bwrap"] = "docker"
+    """Sandbox backend of the farm and the grader: `docker` (containers through the Docker
+    engine) or `bwrap` (bubblewrap namespaces, for machines without a Docker engine, e.g. GPU
+    nodes; needs the `bubblewrap` package, root for now; limits via rlimits: `memory_mb` caps
+    each process's address space, `pids_limit` RLIMIT_NPROC, `max_file_mb` RLIMIT_FSIZE; `cpus`
+    and `disk_budget_mb` are not enforced). See `envs/bwrap/`."""
+    bwrap: BwrapConfig = Field(default_factory=BwrapConfig)
+    """Settings of the `bwrap` backend."""
 
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     """Default limits of every sandbox (a task may override them, see `SandboxLimits.for_task`)."""

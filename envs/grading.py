@@ -122,9 +122,13 @@ class _Session:
     """One grading run inside one started container; builds the log step by step."""
 
     def __init__(self, container, task: Task, deadline: float, log_cap: int,
-                 config: GradingConfig):
+                 config: GradingConfig, exec_deadline=None):
+        """`container`: Docker's container object, or any object with its `put_archive` and
+        `exec_run` (the bwrap backend's); `exec_deadline`: runs the tests (default
+        `_exec_with_deadline`, through the Docker API)."""
         self.container, self.task, self.deadline, self.log_cap = container, task, deadline, log_cap
         self.config = config
+        self.exec_deadline = exec_deadline or _exec_with_deadline
         self.lines: list[str] = [f">>>>> swefleet grade {task.instance_id} image={task.image}"]
         self.dropped: list[str] = []
 
@@ -242,7 +246,7 @@ class _Session:
         )
         budget = max(1.0, self._remaining())
         started = time.monotonic()
-        exit_code = _exec_with_deadline(self.container, script, budget, self.task.workdir)
+        exit_code = self.exec_deadline(self.container, script, budget, self.task.workdir)
         timed_out = exit_code is None or (
             exit_code in (124, 137) and time.monotonic() - started >= budget - 1.0
         )

@@ -50,8 +50,18 @@ class _Job:
 class ShellSession:
     """One bash process whose cwd, variables and functions persist between commands."""
 
-    def __init__(self, open_exec: OpenExec, *, start_timeout_s: float, kill_grace_s: float):
+    def __init__(
+        self,
+        open_exec: OpenExec,
+        *,
+        start_timeout_s: float,
+        kill_grace_s: float,
+        framed: bool = True,
+    ):
+        """`framed`: the sockets carry Docker's multiplexed exec stream; False: plain stdout
+        (stderr elsewhere), as from a subprocess (the bwrap backend)."""
         self._open_exec = open_exec
+        self._framed = framed
         self.start_timeout_s = start_timeout_s
         self.kill_grace_s = kill_grace_s
         self._lock = asyncio.Lock()
@@ -69,7 +79,7 @@ class ShellSession:
     async def start(self) -> None:
         """Open the shell and the killer; wait for the shell to report ready."""
         self._nonce = secrets.token_hex(8)
-        self._demux, self._pending, self._n = shell.Demux(), b"", 0
+        self._demux, self._pending, self._n = self._new_demux(), b"", 0
         opened = await asyncio.gather(
             self._open_exec(shell.SHELL_ARGV),
             self._open_exec([*shell.SHELL_ARGV, "-c", shell.killer_script(self._nonce)]),
@@ -85,6 +95,9 @@ class ShellSession:
         await self._send(shell.bootstrap_text(self._nonce))
         async with asyncio.timeout(self.start_timeout_s):
             await self._await_ready()
+
+    def _new_demux(self) -> shell.Demux | shell.PlainStream:
+        return shell.Demux() if self._framed else shell.PlainStream()
 
     async def _await_ready(self) -> None:
         pattern, buf = shell.ready_re(self._nonce), bytearray()
@@ -351,7 +364,7 @@ class ShellSession:
             await loop.sock_sendall(killer, f"{targets}\n".encode())
             if not wait_ack:
                 return ""
-            demux, answers = shell.Demux(), b""
+            demux, answers = self._new_demux(), b""
             async with asyncio.timeout(self.kill_grace_s):
                 while not answers.endswith(b"\n"):
                     chunk = await loop.sock_recv(killer, _RECV)

@@ -265,6 +265,13 @@ class Demux:
         return frames
 
 
+class PlainStream:
+    """`Demux`'s interface for an unframed stdout stream (a subprocess's socket)."""
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        return [(1, data)] if data else []
+
+
 #: What follows an end tag on its line: `<rc>:<pids_full>`. Anything else after the tag is the
 #: command's own output (the tag holds a nonce that a command can read and print).
 _END_REST = re.compile(rb"(-?\d{1,10}):([01])\n")

@@ -44,7 +44,8 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         from envs.containers import docker_client
         from envs.reaper import reap_dead_runs
 
-        reap_dead_runs(docker_client())  # what a killed earlier eval or run left behind
+        if cfg.envs.backend == "docker":  # (bwrap boxes die with their process)
+            reap_dead_runs(docker_client())  # what a killed earlier eval or run left behind
         select = None
         if args.agent == "predictions":
             preds = load_predictions_for(args)
@@ -52,7 +53,8 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         tasks = prepare_tasks(cfg, select)
         asyncio.run(_eval(cfg, args, tasks, out, run_id))
     finally:
-        remove_run_containers(run_id)
+        if cfg.envs.backend == "docker":
+            remove_run_containers(run_id)
     records = read_jsonl(out / "episodes.jsonl")
     report = build_report(records, args.k)
     report.update(cost_fields(report, cfg.orchestrator))
@@ -65,13 +67,13 @@ def run_eval_cli(args: argparse.Namespace) -> int:
 
 
 async def _eval(cfg, args, tasks: list[Task], out: Path, run_id: str) -> None:
-    from envs.grading import DockerGrader
+    from envs.backends import make_grader
 
     episodes = out / "episodes.jsonl"
     done = {(r["task_id"], r["attempt"]) for r in read_jsonl(episodes)}
     todo = [(t, a) for t in tasks for a in range(args.k) if (t.instance_id, a) not in done]
     log.info("%d episodes to run (%d already done)", len(todo), len(done))
-    grader = DockerGrader(run_id, config=cfg.envs.grading)
+    grader = make_grader(run_id, cfg.envs)
     policy = await _policy(cfg, args, run_id)
     limit = asyncio.Semaphore(cfg.orchestrator.max_concurrent_episodes)
     progress = _Progress(len(todo))
@@ -222,7 +224,7 @@ async def _policy(cfg, args, run_id: str):
     from contextlib import AsyncExitStack
 
     from agents.tokenizer import Tokenizer
-    from envs.farm import DockerFarm
+    from envs.backends import make_farm
     from swefleet.servers import open_fleet
 
     if not args.model:
@@ -234,7 +236,7 @@ async def _policy(cfg, args, run_id: str):
     except BaseException:
         await stack.aclose()
         raise
-    return _AgentPolicy(cfg, fleet, supervisor, DockerFarm(run_id, cfg.envs),
+    return _AgentPolicy(cfg, fleet, supervisor, make_farm(run_id, cfg.envs),
                         Tokenizer.from_dir(args.model), stack)
 
 

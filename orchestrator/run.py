@@ -163,14 +163,13 @@ async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, sta
         from orchestrator.toy import token_target_rollout
 
         return token_target_rollout(fleet, tokenizer, cfg.toy)
-    from envs.farm import DockerFarm
-    from envs.grading import DockerGrader
+    from envs.backends import make_farm, make_grader
     from orchestrator.rollout import RolloutContext, swe_rollout
 
-    farm = DockerFarm(run_id, cfg.envs)
+    farm = make_farm(run_id, cfg.envs)
     stack.push_async_callback(farm.close)
     await farm.start()  # reaps containers of dead runs first
-    grader = DockerGrader(run_id, config=cfg.envs.grading)
+    grader = make_grader(run_id, cfg.envs)
     stack.callback(grader.close, abandon=True)  # shutdown never waits for queued grades
     ctx = RolloutContext(farm=farm, grader=grader, model=fleet, tokenizer=tokenizer,
                          agent=agent)

@@ -1,0 +1,30 @@
+"""The farm and grader of the configured sandbox backend (`FarmConfig.backend`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envs.config import FarmConfig
+
+
+def make_farm(run_id: str, config: FarmConfig) -> Any:
+    """`DockerFarm` or `BwrapFarm` (both the `Farm` protocol, with `start`/`close`)."""
+    if config.backend == "bwrap":
+        from envs.bwrap.farm import BwrapFarm
+
+        return BwrapFarm(run_id, config)
+    from envs.farm import DockerFarm
+
+    return DockerFarm(run_id, config)
+
+
+def make_grader(run_id: str, config: FarmConfig) -> Any:
+    """`DockerGrader` or `BwrapGrader` (the `Grader` protocol, with `close`)."""
+    if config.backend == "bwrap":
+        from envs.bwrap.grading import BwrapGrader
+
+        return BwrapGrader(run_id, config=config.grading, bwrap=config.bwrap,
+                           limits=config.limits)
+    from envs.grading import DockerGrader
+
+    return DockerGrader(run_id, config=config.grading)

@@ -1,0 +1,80 @@
+"""`BwrapGrader`: `DockerGrader`'s grading procedure (`envs/grading.py`) in a fresh bwrap box.
+
+Each grade starts a box from the task image's cached rootfs (a fresh copy of the workdir: the
+base state), then runs the very same steps (protected paths dropped, model patch, test files
+reset, test patch, tests under `timeout`, log parsed by `envs/gradelog.py`) through a small
+adapter that offers the two container calls those steps use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import uuid
+from types import SimpleNamespace
+
+from envs.bwrap.box import Box
+from envs.bwrap.rootfs import ensure_rootfs
+from envs.config import BwrapConfig, SandboxLimits
+from envs.grading import DockerGrader, _Session
+from swefleet.types import Task
+
+_GRADE_ENV = {"PYTHONUNBUFFERED": "1", "GIT_PAGER": "cat", "LANG": "C.UTF-8"}
+
+
+class _BoxContainer:
+    """The part of Docker's container object `_Session` uses, over a box (blocking calls)."""
+
+    def __init__(self, box: Box) -> None:
+        self.box = box
+
+    def put_archive(self, path: str, data: bytes) -> bool:
+        res = subprocess.run(self.box.argv(["tar", "-x", "-C", path]), input=data,
+                             capture_output=True, check=False)
+        return res.returncode == 0
+
+    def exec_run(self, cmd: list[str], workdir: str | None = None) -> SimpleNamespace:
+        res = subprocess.run(self.box.argv(cmd, cwd=workdir), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
+        return SimpleNamespace(exit_code=res.returncode, output=res.stdout)
+
+
+def _exec_with_deadline(container: _BoxContainer, script: str, budget_s: float,
+                        workdir: str) -> int | None:
+    """`_Session`'s test runner for a box: `timeout` kills the tests' process group; None when
+    even the backstop passed (the box is then closed by the caller)."""
+    cmd = ["timeout", "-k", "5", f"{budget_s:.1f}", "bash", "-c", script]
+    try:
+        return subprocess.run(container.box.argv(cmd, cwd=workdir), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=budget_s + 15, check=False).returncode
+    except subprocess.TimeoutExpired:
+        return None
+
+
+class BwrapGrader(DockerGrader):
+    """Grades a patch in a fresh bwrap box per call; safe to call concurrently."""
+
+    def __init__(self, run_id: str, timeout_s: float = 300, *, bwrap: BwrapConfig | None = None,
+                 limits: SandboxLimits | None = None, **kwargs) -> None:
+        """`bwrap`: the backend's settings; `limits`: the box's limits (memory, pids, file
+        size; default `SandboxLimits()`); other arguments as `DockerGrader`'s."""
+        super().__init__(run_id, timeout_s, **kwargs)
+        self.bwrap = bwrap or BwrapConfig()
+        base = limits or SandboxLimits()
+        self.limits = base.model_copy(update={"lifetime_s": timeout_s + 300,
+                                              "max_file_mb": self.max_file_mb})
+
+    def _run(self, task: Task, model_patch: str, deadline: float) -> str:
+        return asyncio.run(self._run_in_box(task, model_patch, deadline))
+
+    async def _run_in_box(self, task: Task, model_patch: str, deadline: float) -> str:
+        entry = await asyncio.to_thread(ensure_rootfs, task.image, self.bwrap.cache_dir)
+        name = f"grade-{self.run_id}-{task.instance_id}-{uuid.uuid4().hex[:8]}".replace("/", "_")
+        box = await Box.start(entry, task.workdir, self.limits, self.bwrap, _GRADE_ENV, name)
+        try:
+            session = _Session(_BoxContainer(box), task, deadline, self.log_cap_chars,
+                               self.config, exec_deadline=_exec_with_deadline)
+            return await asyncio.to_thread(session.run, model_patch)
+        finally:
+            await asyncio.shield(box.close())
