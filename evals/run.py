@@ -34,7 +34,10 @@ def run_eval_cli(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, servers=args.server)  # no --config: the defaults
     cfg.tasks.path, cfg.tasks.split, cfg.tasks.limit = args.tasks, args.split, None
-    if args.agent == "model":  # before any task: a wrong name fails at once
+    if args.agent == "model":  # before any task: a wrong name or a missing vLLM fails at once
+        from swefleet.servers import check_launchable
+
+        check_launchable(cfg)
         for url in args.server:
             check_served_model(url, cfg.inference.model_name, cfg.inference.connect_timeout_s)
     out = Path(args.output_dir)

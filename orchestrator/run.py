@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 
 def run_rl(cfg: RunConfig) -> int:
+    from swefleet.servers import check_launchable
+
+    check_launchable(cfg)  # a missing vLLM fails before the run directory and the model exist
     out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)
     resuming = (out / "config.json").exists()
     run_dir = RunDir(out)

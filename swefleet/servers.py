@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from swefleet.rundir import RunDir
 
 
+def check_launchable(cfg: RunConfig) -> None:
+    """Before any setup (run directory, model, tasks): ValueError (one line) when the servers
+    the topology launches cannot start here (kind `vllm` without a `vllm` executable)."""
+    from inference.vllm_launch import missing_executable
+
+    kind = resolve_topology(cfg).kind
+    if kind == "vllm" and (problem := missing_executable(cfg.inference.vllm.executable)):
+        raise ValueError(problem)
+
+
 async def open_fleet(
     cfg: RunConfig,
     model_dir: str | Path,

@@ -110,6 +110,7 @@ def test_vllm_kind_without_vllm_is_one_line_and_exit_2(tmp_path, rl_config):
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "kind='vllm' needs vLLM 0.26.0 installed (pip install 'swefleet[vllm]')" in errors[0]
+    assert not (tmp_path / "run").exists()  # refused before any setup
 
 
 def test_eval_on_two_launched_servers(tmp_path, model_dir):
