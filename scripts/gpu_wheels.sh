@@ -9,8 +9,8 @@
 # Versions match vLLM 0.26.0's own set where both need a package (pydantic, fastapi, starlette,
 # uvicorn), so the same site serves swefleet with or without vLLM next to it.
 set -euo pipefail
-OUT="${1:-.cache/gpu-whl}"
-mkdir -p "$OUT"
+DEST="${1:-.cache/gpu-whl}"
+mkdir -p "$DEST"
 WANT=(
   pydantic==2.14.4 pydantic_core==2.50.5 annotated_types==0.8.0 typing_inspection==0.4.5
   fastapi==0.136.3 starlette==1.10.0 uvicorn==0.54.0 orjson tenacity
@@ -19,6 +19,6 @@ WANT=(
 )
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d "$OUT" "${WANT[@]}"
-ls "$OUT" | wc -l | xargs echo "wheels in $OUT:"
-du -sh "$OUT"
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d "$DEST" "${WANT[@]}"
+ls "$DEST" | wc -l | xargs echo "wheels in $DEST:"
+du -sh "$DEST"
