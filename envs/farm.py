@@ -74,7 +74,18 @@ class FarmStats:
         return {f"env/{k}": float(v) for k, v in asdict(self).items()}
 
 
-class DockerFarm:
+class FarmLifetime:
+    """`async with farm:` starts the farm and closes it, whichever backend it is."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class DockerFarm(FarmLifetime):
     """Sandboxes for tasks; see the module docstring."""
 
     def __init__(self, run_id: str, config: FarmConfig | None = None, *, client: Any = None):
@@ -116,13 +127,6 @@ class DockerFarm:
         self._diskwatcher = asyncio.ensure_future(self._watch_disk_forever())
         removed = await asyncio.to_thread(reaper.reap_dead_runs, self.client, self.run_id)
         self.stats.reaped += len(removed)
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Stop the reaper and the pool, wait for removals, then remove anything of this run."""

@@ -16,19 +16,18 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Self
 
 from envs.bwrap.box import check_tools
 from envs.bwrap.sandbox import BwrapSandbox
 from envs.config import FarmConfig, SandboxLimits
-from envs.farm import DockerFarm, FarmStats
+from envs.farm import DockerFarm, FarmLifetime, FarmStats
 from envs.protocol import InfraError
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)
 
 
-class BwrapFarm:
+class BwrapFarm(FarmLifetime):
     """Sandboxes for tasks; see the module docstring."""
 
     def __init__(self, run_id: str, config: FarmConfig | None = None) -> None:
@@ -44,13 +43,6 @@ class BwrapFarm:
 
     async def start(self) -> None:
         check_tools()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Remove every sandbox still out (normally none: `acquire` removes its own)."""
