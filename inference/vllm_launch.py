@@ -151,6 +151,13 @@ class VLLMEngineArgs(BaseModel):
     """Return each token's routed experts in `choices[i].routed_experts` (router replay, R3)."""
     max_logprobs: int = Field(20, ge=0)
     """Largest `logprobs` a request may ask for."""
+    api_server_count: int = Field(1, ge=1)
+    """HTTP front-end processes of one server (`--api-server-count`): each parses requests and
+    builds responses (per-token logprobs) for its share of the connections, in parallel with the
+    others and with the engine core; 1: vLLM's single API process."""
+    stream_interval: int = Field(1, ge=1)
+    """Tokens per streamed chunk (`--stream-interval`): fewer, larger chunks when the fleet
+    streams (`inference.first_token_timeout_s`); the first token is still sent at once."""
     seed: int = 0
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
@@ -294,6 +301,10 @@ def serve_args(cfg: VLLMConfig, port: int) -> list[str]:
         a.append("--enforce-eager")
     if cfg.return_routed_experts:
         a.append("--enable-return-routed-experts")
+    if cfg.api_server_count > 1:
+        a += ["--api-server-count", str(cfg.api_server_count)]
+    if cfg.stream_interval > 1:
+        a += ["--stream-interval", str(cfg.stream_interval)]
     # logprobs of the sampled tokens under the raw model distribution (what the trainer compares)
     a += ["--logprobs-mode", "raw_logprobs", "--max-logprobs", str(cfg.max_logprobs)]
     a += ["--worker-extension-cls", WORKER_EXTENSION]

@@ -69,6 +69,8 @@ PROFILES = {
         max_num_batched_tokens=16384,
         enforce_eager=True,
         return_routed_experts=True,
+        api_server_count=4,
+        stream_interval=16,
     ),
     "no_prefix_cache": VLLMConfig(model=MODEL, enable_prefix_caching=False),
     "offload_cpu": VLLMConfig(model=MODEL, kv_offload=KVOffloadConfig(cpu_gib=64)),
