@@ -24,7 +24,7 @@ step() {  # step NAME TIMEOUT_S CMD...
 curve() { $PY benchmarks/rl_curve.py "$DIR/$1" > "$DIR/$1.curve" 2>&1; tail -n 1 "$DIR/$1.curve"; }
 
 if [ "$MODE" = vllm ]; then
-  step vllm_fleet 300 $PY benchmarks/vllm_fleet.py
+  step vllm_fleet 480 $PY benchmarks/vllm_fleet.py --variants a1,a4,a4s16 --repeats 3
   step rl-vllm 330 $RL --config configs/gpu_vllm.toml --output-dir "$DIR/rl-vllm" \
     --set orchestrator.steps=16
   curve rl-vllm

@@ -23,7 +23,7 @@ sides; the best of `--repeats` timed runs per side. tokens/s = generated tokens 
 
 Served variants (`--variants`, each its own server start, same engine settings): `a<N>` =
 `--api-server-count N` (N HTTP front-end processes share the parsing and the per-token logprob
-responses), optional `s<K>` = the fleet streams (as with `inference.first_token_timeout_s`) and
+responses), optional `s<K>` = the fleet streams (`inference.stream`) and
 the server sends `--stream-interval K` tokens per chunk, so responses are built while the batch
 decodes instead of all at its end. E.g. `--variants a1,a4,a1s16,a4s16`.
 
@@ -179,11 +179,10 @@ def _tok_s(run: dict) -> float:
 
 
 def client_config(v: Variant, **kw):
-    """The fleet client's config for variant `v` (streamed: a first-token deadline far away)."""
+    """The fleet client's config for variant `v` (streamed or not)."""
     from inference.config import InferenceConfig
 
-    stream = {"first_token_timeout_s": 600.0} if v.stream_interval else {}
-    return InferenceConfig(**kw, **stream)
+    return InferenceConfig(**kw, stream=bool(v.stream_interval))
 
 
 async def run_variant(a: argparse.Namespace, work: Path, v: Variant) -> dict:

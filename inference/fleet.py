@@ -28,7 +28,8 @@ First-token deadline on unified servers: with `first_token_timeout_s` set (and n
 pool) every attempt is sent with `stream: true` (+ `stream_options.include_usage`) and the
 deadline covers routing, connecting and the wait for the first streamed token; the chunks are
 assembled into the same completion as an unstreamed answer (`inference/streaming.py`). Without
-a first-token deadline requests are not streamed (the fastest path). Leaving a stream early
+a first-token deadline requests are streamed only with `stream = true` (faster against vLLM with
+several API server processes and `stream_interval` ~16, docs/benchmarks.md). Leaving a stream early
 closes its connection: the embedded engine and vLLM then abort the request.
 
 HTTP: one aiohttp session (`inference/transport.py`; httpx cost ~3 ms of client CPU per request
@@ -211,9 +212,9 @@ class FleetClient:
             self._poller = asyncio.create_task(self._poll_metrics(), name="fleet-metrics-poll")
         if cfg.first_token_timeout_s is not None:
             call.first_token_by = asyncio.get_running_loop().time() + cfg.first_token_timeout_s
-            if not self.prefill_servers:
-                call.stream = True
-                call.body.update(stream=True, stream_options={"include_usage": True})
+        if (cfg.first_token_timeout_s is not None or cfg.stream) and not self.prefill_servers:
+            call.stream = True
+            call.body.update(stream=True, stream_options={"include_usage": True})
         try:
             async with asyncio.timeout(cfg.request_timeout_s):
                 completion = await self._attempts(call)
@@ -518,7 +519,7 @@ class FleetClient:
                     self._check_status(server, await stream.read())
                 async for payload in stream.events():
                     chunks.add(payload)
-                    if first_token.when() is not None and (chunks.tokens or chunks.finished):
+                    if not call.first_token_s and (chunks.tokens or chunks.finished):
                         first_token.reschedule(None)
                         call.first_token_s = time.monotonic() - call.t0
         except CONNECTION_ERRORS as exc:

@@ -120,14 +120,16 @@ def test_engine_stream_rejects_what_unstreamed_rejects(engine):
         assert http.post(url, json=opts).status_code == 400  # options without stream, as vLLM
 
 
-async def test_fleet_streamed_completion_equals_unstreamed(engine, scripted):
-    """Same prompt, greedy: the streamed path (first-token deadline set) assembles exactly the
-    completion of the unstreamed one, against the engine and the scripted server."""
+@pytest.mark.parametrize("streamed", [{"first_token_timeout_s": 30.0}, {"stream": True}])
+async def test_fleet_streamed_completion_equals_unstreamed(engine, scripted, streamed):
+    """Same prompt, greedy: the streamed path (a first-token deadline, or `stream` alone)
+    assembles exactly the completion of the unstreamed one, against the engine and the scripted
+    server."""
     for server, stop in ((engine, []), (scripted, [PROMPT[-1] + 5])):
         base = {"request_timeout_s": 60.0, "temperature": 0.0, "stop_token_ids": stop}
         async with (
             FleetClient([server.url], InferenceConfig(**base)) as plain,
-            FleetClient([server.url], InferenceConfig(**base, first_token_timeout_s=30.0)) as fast,
+            FleetClient([server.url], InferenceConfig(**base, **streamed)) as fast,
         ):
             a = await plain.generate(PROMPT, max_tokens=16)
             b = await fast.generate(PROMPT, max_tokens=16)
