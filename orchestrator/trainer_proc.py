@@ -30,8 +30,15 @@ TRAINER_ENV_DEFAULTS = {
 def trainer_command(cfg: TrainerConfig, job_path: Path, log_dir: Path) -> list[str]:
     """`python -m trainer.main` for one rank; for several, torchrun (this interpreter's, on a
     loopback rendezvous) with one process per rank, each rank's output also kept in
-    `log_dir/<run id>/attempt_0/<rank>/` and copied to the console with a `[defaultN]:` prefix."""
+    `log_dir/<run id>/attempt_0/<rank>/` and copied to the console with a `[defaultN]:` prefix;
+    on several nodes (`cfg.nodes`), `cfg.launcher` + torchrun with a c10d rendezvous."""
     main = ["-m", "trainer.main", "--config", str(job_path)]
+    if cfg.nodes > 1:  # one torchrun per node, started by the launcher (`swefleet slurm`: srun)
+        return [
+            *cfg.launcher, sys.executable, "-m", "torch.distributed.run",
+            f"--nnodes={cfg.nodes}", f"--nproc-per-node={cfg.ranks // cfg.nodes}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={cfg.rdzv_endpoint}", "--tee=3", *main,
+        ]  # fmt: skip
     if cfg.ranks == 1:
         return [sys.executable, *main]
     return [

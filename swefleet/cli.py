@@ -61,6 +61,12 @@ def _plan(args: argparse.Namespace) -> int:
     return plan_cli(args)
 
 
+def _slurm(args: argparse.Namespace) -> int:
+    from swefleet.slurm.submit import slurm_cli
+
+    return slurm_cli(args)
+
+
 def _clean(args: argparse.Namespace) -> int:
     from envs.reaper import remove_run_containers
 
@@ -121,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--layout", help="layout TOML (see configs/layouts/)")
     src.add_argument("--config", help="run config TOML: plan its model and roles")
     pl.set_defaults(func=_plan)
+
+    sl = sub.add_parser("slurm", help="run `rl` as one Slurm batch job (docs/cluster.md)")
+    sl.add_argument("--config", required=True, help="TOML config with a [slurm] section")
+    sl.add_argument("--nodes", type=int, default=None,
+                    help="total nodes: those not slurm.inference_nodes train")
+    sl.add_argument("--output-dir", default="", help="run directory, on a shared filesystem")
+    sl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, e.g. --set slurm.partition=gpu")
+    sl.add_argument("--dry-run", action="store_true", help="print the batch script, submit nothing")
+    sl.set_defaults(func=_slurm)
 
     cl = sub.add_parser("clean", help="remove containers left by runs")
     cl.add_argument("--run-id", default=None, help="only this run (default: all swefleet runs)")

@@ -16,6 +16,7 @@ from agents.config import AgentConfig
 from envs.config import FarmConfig
 from inference.config import InferenceConfig
 from orchestrator.config import OrchestratorConfig, ToyConfig
+from swefleet.slurm.config import SlurmConfig
 from trainer.config import TrainerConfig
 
 
@@ -72,16 +73,20 @@ class RunConfig(BaseModel):
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    """The batch job of `swefleet slurm` (docs/cluster.md); unused by `swefleet rl`."""
 
 
 def load_config(
-    path: str | Path, overrides: list[str] | None = None, servers: list[str] | None = None
+    path: str | Path, overrides: list[str] | None = None, servers: list[str] | None = None,
+    *, topology: bool = True,
 ) -> RunConfig:
     """Load a TOML config (empty `path`: the defaults); `overrides` are `section.key=value`
     strings (TOML values); `servers` (`--server URL`, repeatable) replace `inference.servers`
     and make the fleet external. Bad input (unreadable file, invalid UTF-8 or TOML, a bad
     override, a field that does not validate, roles that collide: `swefleet.topology`) raises
-    ValueError with one line that names the file and the field."""
+    ValueError with one line that names the file and the field. `topology=False` skips the
+    roles' placement check (`swefleet slurm` checks each node's roles)."""
     from swefleet.topology import resolve_topology
 
     data = _read_toml(Path(path)) if path else {}
@@ -99,7 +104,8 @@ def load_config(
     except ValidationError as e:
         raise ValueError(f"{path}: " + "; ".join(_error_line(err) for err in e.errors())) from e
     try:
-        resolve_topology(cfg)
+        if topology:
+            resolve_topology(cfg)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
     return cfg

@@ -105,6 +105,12 @@ class TrainerConfig(BaseModel):
     and written one parameter at a time (no rank ever holds the whole model; rank 0 holds at
     most one file's tensors); one that fits as `model.safetensors`. A single tensor larger than
     the bound gets a file of its own."""
+    export_durability: Literal["background", "inline"] = "background"
+    """When a published version is fsynced (kept through a machine crash, for resume):
+    `background` renames it into place as soon as it is written (servers on the host read it
+    from the page cache at once) and fsyncs it in a trainer thread, off the step; `inline`
+    fsyncs before the rename, on the step (~1 s per GB). Either way a version counts for resume
+    only once its `.durable` marker is written (`trainer/export.py`)."""
     expert_parallel: int = Field(1, ge=1)
     """Expert parallelism (Qwen3-MoE only): each MoE layer's experts are split by expert over
     this many ranks, borrowed from the FSDP ranks (torchtitan's dp2ep: no extra GPUs), and
@@ -134,6 +140,15 @@ class TrainerConfig(BaseModel):
     batch_timeout_s: float | None = Field(3600.0, gt=0)
     """Give up (exit code 3) when the next batch does not appear within this many seconds;
     None waits forever."""
+    nodes: int = Field(1, ge=1)
+    """Nodes the ranks are spread over, `ranks / nodes` on each (`gpus` then empty: each node's
+    ranks use its GPUs 0..ranks/nodes-1). > 1: `launcher` starts torchrun once per node, which
+    meet at the c10d rendezvous `rdzv_endpoint` (`swefleet slurm` sets all three)."""
+    rdzv_endpoint: str = ""
+    """`host:port` of the multi-node rendezvous (`nodes` > 1), on the first node."""
+    launcher: list[str] = Field(default_factory=list)
+    """Command words put before the multi-node torchrun command, which must start one torchrun
+    per node (e.g. `srun --nodes=2 --ntasks-per-node=1 ...`); unused when `nodes` is 1."""
 
     @model_validator(mode="after")
     def _topology(self) -> TrainerConfig:
@@ -149,6 +164,10 @@ class TrainerConfig(BaseModel):
                 raise ValueError(f"ranks={self.ranks} but gpus={self.gpus}: one rank per GPU "
                                  "(leave ranks out to get one per listed GPU)")
             self.device = "cuda"
+        if self.nodes > 1 and (self.ranks % self.nodes or self.gpus or not self.rdzv_endpoint
+                               or not self.launcher):
+            raise ValueError(f"nodes={self.nodes} needs ranks divisible by it (ranks={self.ranks}),"
+                             " no gpus, an rdzv_endpoint and a launcher")
         if self.ranks % self.expert_parallel:
             raise ValueError(f"expert_parallel={self.expert_parallel} must divide "
                              f"ranks={self.ranks}")
