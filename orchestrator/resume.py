@@ -2,7 +2,8 @@
 finished trajectories that no batch has used yet (none is lost, none is trained on twice).
 
 Files are the source of truth, and each is written atomically: `batches/step_N.npz` (its meta
-lists the episode ids it holds), `weights/vN/` (renamed into place), `episodes.jsonl` (appended
+lists the episode ids it holds), `weights/vN/` (renamed into place; served again only once
+durable: `RunDir.reloadable_version`), `episodes.jsonl` (appended
 and fsynced per episode; a torn last line is skipped), `drops.jsonl` (one line per drop, naming
 the episodes it settled: the drop counters continue from it and those episodes are neither
 counted nor batched again).
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 from orchestrator.advantages import is_scored
 from orchestrator.metrics import rollouts_dropped
 from swefleet.batch import read_batch
-from swefleet.rundir import RunDir, read_jsonl
+from swefleet.rundir import RunDir, read_jsonl, version_dirs
 from swefleet.types import Trajectory
+from swefleet.weight_transfer import MARKER_SUFFIX
 
 
 @dataclass
@@ -47,8 +49,8 @@ def contiguous_count(exists) -> int:
 
 def find_resume_point(run_dir: RunDir) -> ResumePoint:
     steps = contiguous_count(lambda i: run_dir.batch_path(i).exists())
-    version = contiguous_count(lambda v: run_dir.weights_path(v + 1).exists())
-    version = run_dir.reloadable_version(version)  # broadcast versions are gone with the servers
+    # broadcast versions are gone with the servers; a version not yet durable may be torn
+    version = run_dir.reloadable_version(_newest_published(run_dir))
     consumed: set[str] = set()
     for i in range(steps):
         _, meta = read_batch(run_dir.batch_path(i))
@@ -68,6 +70,14 @@ def find_resume_point(run_dir: RunDir) -> ResumePoint:
     pending = [g for g in groups.values() if any(is_scored(t) for t in g)]
     return ResumePoint(step=steps, version=version, pending=pending, drops=dict(drops),
                        dropped_before=rollouts_dropped(at_last_step))
+
+
+def _newest_published(run_dir: RunDir) -> int:
+    """The newest version published as a directory or a broadcast marker (0: none). Not a
+    count from v1: retention deletes the oldest directories."""
+    markers = (int(m.name[1:].removesuffix(MARKER_SUFFIX))
+               for m in run_dir.weights.glob(f"v*{MARKER_SUFFIX}"))
+    return max([*version_dirs(run_dir.weights), *markers], default=0)
 
 
 def _drops_as_of(run_dir: RunDir, steps: int) -> dict[str, int]:

@@ -9,7 +9,7 @@
   weights.jsonl          one record per policy version served: version, served_at_s, sync_s
   drops.jsonl            one record per drop: reason, n, episode_ids (counters survive a resume)
   batches/step_NNNNNN.npz   hand-off to the trainer (atomic)
-  weights/vNNNNNN/       HF checkpoints published by the trainer (atomic)
+  weights/vNNNNNN/       HF checkpoints published by the trainer (atomic; `.durable` once fsynced)
   weights/vNNNNNN.nccl.json  a version broadcast to the servers instead (weight_sync = "nccl")
   model/                 the initial checkpoint when the project creates it
   logs/                  server and trainer logs
@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -31,6 +32,66 @@ from pydantic import BaseModel
 from swefleet.weight_transfer import MARKER_SUFFIX, marker_path
 
 log = logging.getLogger(__name__)
+
+DURABLE_MARKER = ".durable"
+"""File in a published version directory once its files and rename are fsynced
+(`trainer/export.py`): the trainer marks versions in publication order."""
+
+
+def is_durable(version_dir: Path) -> bool:
+    return (version_dir / DURABLE_MARKER).exists()
+
+
+def version_dirs(weights_dir: Path) -> dict[int, Path]:
+    """version -> `weights_dir/vNNNNNN/` of the published version directories."""
+    return {int(d.name[1:]): d for d in weights_dir.glob("v*")
+            if d.name[1:].isdigit() and len(d.name) >= 7 and d.is_dir()}
+
+
+def newest_durable(weights_dir: Path, through: int | None = None) -> int:
+    """The newest version (<= `through`) whose directory survives a machine crash (0: none):
+    the newest marked one; in a weights directory without any marker (written before them, or
+    a crash before the first version was marked) the newest whose files look whole
+    (`looks_complete`)."""
+    dirs = version_dirs(weights_dir)
+    candidates = sorted((v for v in dirs if through is None or v <= through), reverse=True)
+    if any(is_durable(d) for d in dirs.values()):
+        return next((v for v in candidates if is_durable(dirs[v])), 0)
+    return next((v for v in candidates if looks_complete(dirs[v])), 0)
+
+
+def looks_complete(version_dir: Path) -> bool:
+    """Every safetensors file has a readable header and exactly the size it declares, and every
+    file an index names is there (what a crash before the fsync typically leaves: empty or
+    short files)."""
+    try:
+        index = version_dir / "model.safetensors.index.json"
+        if index.exists():
+            names = set(json.loads(index.read_text())["weight_map"].values())
+            if not all((version_dir / n).is_file() for n in names):
+                return False
+        return all(_safetensors_whole(f) for f in version_dir.glob("*.safetensors"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _safetensors_whole(path: Path) -> bool:
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if size < 8 or 8 + n > size:
+            return False
+        header = json.loads(f.read(n))
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+    return 8 + n + max(ends, default=0) == size
+
+
+def discard_dir(directory: Path) -> None:
+    """Remove `directory`: renamed to a `.tmp-` name first (readers and a crash mid-way see it
+    gone at once; the trainer cleans `.tmp-` leftovers), then deleted."""
+    doomed = directory.with_name(f"{directory.name}.tmp-discard-{uuid.uuid4().hex[:8]}")
+    os.rename(directory, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 class RunDir:
@@ -92,15 +153,20 @@ class RunDir:
         return job.get("weight_sync") is not None
 
     def reloadable_version(self, through: int) -> int:
-        """The newest version <= `through` that is a directory (0: none), and the broadcast
-        markers after it removed: a broadcast version lived only in the servers of the run that
-        received it, so a restarted run serves that directory and the trainer publishes the
-        later versions again."""
-        version = next((v for v in range(through, 0, -1)
-                        if (self.weights / f"v{v:06d}").is_dir()), 0)
+        """The newest version <= `through` that is a durable directory (0: none), and the
+        broadcast markers after it and the not durable directories after the newest durable one
+        removed: a broadcast version lived only in the servers of the run that received it, and a
+        version published but not yet fsynced may be torn by a machine crash, so a restarted run
+        serves that directory and the trainer publishes the later versions again."""
+        version = newest_durable(self.weights, through)
         for marker in self.weights.glob(f"v*{MARKER_SUFFIX}"):
             if int(marker.name[1:].removesuffix(MARKER_SUFFIX)) > version:
                 marker.unlink(missing_ok=True)
+        newest = newest_durable(self.weights)  # >= version (`through` may stop at a gap)
+        for v, d in version_dirs(self.weights).items():
+            if v > newest and not is_durable(d):
+                log.warning("%s was published but never made durable: discarded", d)
+                discard_dir(d)
         return version
 
 

@@ -261,13 +261,12 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _publish(job: TrainerJob, policy, step: int, path: Path, broadcaster=None) -> Path:
-    """Export version step + 1, unless it is already published (re-trained after a resume:
-    the published version, which inference may already use, is never replaced). With
-    `weight_sync` the version is broadcast instead (a marker announces it), except the ones
-    the broadcaster also exports (`WeightBroadcaster.exports`)."""
-    from trainer.export import export_hf
-
+def _publish(job: TrainerJob, policy, step: int, path: Path, broadcaster, exporter) -> Path:
+    """Export version step + 1 (with `exporter`: `trainer.export.Exporter`), unless it is
+    already published (re-trained after a resume: the published version, which inference may
+    already use, is never replaced). With `weight_sync` the version is broadcast instead (a
+    marker announces it), except the ones the broadcaster also exports
+    (`WeightBroadcaster.exports`)."""
     out = weights_path(job.weights_dir, step + 1)
     if out.exists():
         log.warning("%s is already published (re-trained after a resume); keeping it", out)
@@ -275,21 +274,21 @@ def _publish(job: TrainerJob, policy, step: int, path: Path, broadcaster=None) -
     if broadcaster is not None and not broadcaster.exports(step + 1):
         return broadcaster.publish(policy, step + 1)[0]
     meta = {"version": step + 1, "step": step, "batch": str(path)}
-    out = export_hf(policy, out, meta, shard_bytes=int(job.trainer.export_shard_mb * 2**20))
+    out = exporter.export(policy, out, meta, shard_bytes=int(job.trainer.export_shard_mb * 2**20))
     if broadcaster is not None:
         broadcaster.announce_dir(step + 1, out)
     return out
 
 
-def _export_on_stop(job: TrainerJob, policy, version: int, broadcaster) -> None:
+def _export_on_stop(job: TrainerJob, policy, version: int, broadcaster, exporter) -> None:
     """Broadcast versions live only in the servers: write the last one as a directory too, so
-    a resumed run (and its checkpoint, saved next) starts from it."""
-    from trainer.export import export_hf
-
+    a resumed run (and its checkpoint, saved next) starts from it. Then wait until every
+    published version is durable (`trainer/export.py`)."""
     out = weights_path(job.weights_dir, version)
     if broadcaster is not None and version > job.start_version and not out.exists():
-        export_hf(policy, out, {"version": version, "step": version - 1},
-                  shard_bytes=int(job.trainer.export_shard_mb * 2**20))
+        exporter.export(policy, out, {"version": version, "step": version - 1},
+                        shard_bytes=int(job.trainer.export_shard_mb * 2**20))
+    exporter.close()
 
 
 def _save(job: TrainerJob, policy, optimizer, step: int) -> None:
@@ -344,6 +343,9 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     from trainer.weight_broadcast import WeightBroadcaster
 
     broadcaster = WeightBroadcaster.from_job(job, rank, newest_published(job.weights_dir) or 0)
+    from trainer.export import Exporter
+
+    exporter = Exporter(cfg.export_durability, pinned=device == "cuda")
     saved = step
     while not stop.event.is_set() and (end is None or step < end):
         path = batch_path(job.batches_dir, step)
@@ -366,9 +368,10 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         metrics["mfu"] = mfu_of(arrays["cu_seqlens"], step_s)
         if moe_timer is not None:
             metrics.update(moe_timer.take())
-        out = _publish(job, policy, step, path, broadcaster)
+        out = _publish(job, policy, step, path, broadcaster, exporter)
         export_s = time.monotonic() - t0 - step_s
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+            exporter.wait()  # a checkpoint of step n implies version n durable (resume)
             _save(job, policy, optimizer, step + 1)
             saved = step + 1
         if rank == 0:
@@ -385,7 +388,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
                 step_s,
             )
         step += 1
-    _export_on_stop(job, policy, step, broadcaster)
+    _export_on_stop(job, policy, step, broadcaster, exporter)
     if cfg.checkpoint_every and saved != step:  # stopping: keep the progress since the last one
         _save(job, policy, optimizer, step)
     return 0
