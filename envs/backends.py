@@ -14,8 +14,9 @@ def make_farm(run_id: str, config: FarmConfig) -> Any:
 
         return BwrapFarm(run_id, config)
     from envs.farm import DockerFarm
+    from envs.hosts import shared_hosts
 
-    return DockerFarm(run_id, config)
+    return DockerFarm(run_id, config, hosts=shared_hosts(run_id, config))
 
 
 def make_grader(run_id: str, config: FarmConfig) -> Any:
@@ -26,5 +27,6 @@ def make_grader(run_id: str, config: FarmConfig) -> Any:
         return BwrapGrader(run_id, config=config.grading, bwrap=config.bwrap,
                            limits=config.limits)
     from envs.grading import DockerGrader
+    from envs.hosts import shared_hosts
 
-    return DockerGrader(run_id, config=config.grading)
+    return DockerGrader(run_id, config=config.grading, hosts=shared_hosts(run_id, config))

@@ -120,6 +120,43 @@ class GradingConfig(BaseModel):
     (dependencies, metadata) are kept when the pytest part is unchanged. Empty turns this off."""
 
 
+class DockerHost(BaseModel):
+    """One Docker engine of the farm (`FarmConfig.hosts`); see docs/hosts.md."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str
+    """The engine: `unix:///var/run/docker.sock`, `tcp://host:2376` (TLS when the `tls_*` paths
+    are set), or `ssh://user@host[:port]` (OpenSSH forwards a local socket to the remote
+    engine's `/var/run/docker.sock`; keys from the ssh agent or `~/.ssh/config`)."""
+    max_sandboxes: int = Field(8, ge=1)
+    """Most sandboxes (warm ones included) on this engine at once."""
+    name: str = ""
+    """Short name in logs, metrics (`env/host/<name>/...`) and trajectories; empty: the URL."""
+    tls_ca_cert: str = ""
+    """CA certificate (PEM) that signed the engine's certificate; `tcp://` only."""
+    tls_client_cert: str = ""
+    """Client certificate (PEM) for engines started with `--tlsverify`; with `tls_client_key`."""
+    tls_client_key: str = ""
+    """Key (PEM) of `tls_client_cert`."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DockerHost:
+        scheme = self.url.partition("://")[0]
+        if scheme not in ("unix", "tcp", "ssh") or "://" not in self.url:
+            raise ValueError(f"host url {self.url!r}: use unix://, tcp:// or ssh://")
+        tls = (self.tls_ca_cert, self.tls_client_cert, self.tls_client_key)
+        if any(tls) and scheme != "tcp":
+            raise ValueError(f"host {self.url}: tls_* paths need a tcp:// url")
+        if bool(self.tls_client_cert) != bool(self.tls_client_key):
+            raise ValueError(f"host {self.url}: set tls_client_cert and tls_client_key together")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.url
+
+
 class BwrapConfig(BaseModel):
     """The Docker-free backend (`FarmConfig.backend = "bwrap"`, `envs/bwrap/`): sandboxes are
     bubblewrap namespaces over a root filesystem exported once per image."""
@@ -132,6 +169,10 @@ class BwrapConfig(BaseModel):
     `<tmp>/swefleet-bwrap/rootfs`. Every directory above it must be world-traversable."""
     state_dir: str = ""
     """Per-sandbox writable copies (workdir, home). Empty: `<tmp>/swefleet-bwrap/sandboxes`."""
+    bwrap_path: str = ""
+    """The bubblewrap executable. Empty: `bwrap` on `PATH`. E.g. the binary a rootfs bundle
+    carries (`python -m envs.bwrap.bundle import` puts it at `<cache_dir>/bin/bwrap`); every
+    directory above it must be world-traversable."""
     host_uid_base: int = Field(200000, ge=1000)
     """When swefleet runs as root, each sandbox runs as its own unprivileged host uid from
     `host_uid_base` up (so RLIMIT_NPROC counts per sandbox and sandboxes cannot touch each
@@ -146,11 +187,21 @@ class FarmConfig(BaseModel):
     backend: Literal["docker", "bwrap"] = "docker"
     """Sandbox backend of the farm and the grader: `docker` (containers through the Docker
     engine) or `bwrap` (bubblewrap namespaces, for machines without a Docker engine, e.g. GPU
-    nodes; needs the `bubblewrap` package, root for now; limits via rlimits: `memory_mb` caps
-    each process's address space, `pids_limit` RLIMIT_NPROC, `max_file_mb` RLIMIT_FSIZE; `cpus`
+    nodes; needs the `bubblewrap` package or a bundle's `bwrap`, and root or unprivileged user
+    namespaces; limits via rlimits: `memory_mb` caps each process's address space, `pids_limit` RLIMIT_NPROC, `max_file_mb` RLIMIT_FSIZE; `cpus`
     and `disk_budget_mb` are not enforced). See `envs/bwrap/`."""
     bwrap: BwrapConfig = Field(default_factory=BwrapConfig)
     """Settings of the `bwrap` backend."""
+    hosts: list[DockerHost] = Field(default_factory=list)
+    """Docker engines the sandboxes are spread over: each new sandbox goes to the least-loaded
+    healthy host under its `max_sandboxes`; a host whose engine fails is drained and its running
+    episodes end `infra_error` (docs/hosts.md). Empty: the local engine from the environment
+    (`DOCKER_HOST` or the default socket)."""
+    host_check_interval_s: float = Field(2.0, gt=0)
+    """Period of the health probe (`/_ping`) of every host; one that does not answer is drained."""
+    host_failures: int = Field(3, ge=1)
+    """Engine errors in a row (creating or reaching a sandbox, not a command's failure) after
+    which a host that still answers its probe is drained anyway."""
 
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     """Default limits of every sandbox (a task may override them, see `SandboxLimits.for_task`)."""

@@ -3,8 +3,8 @@
 `RLIMIT_FSIZE` (`max_file_mb`) bounds one file and `--storage-opt size=` (`disk_mb`) needs a
 storage driver that most hosts lack, so many files under the per-file cap could still fill the
 host disk. The farm runs `DiskWatchdog.check` every `FarmConfig.disk_check_interval_s` over the
-sandboxes it has handed out: one Docker call measures every container of the run, off the event
-loop; the command fast path is untouched. A sandbox over budget is removed at once (its disk is
+sandboxes it has handed out: one Docker call per host measures every container of the run there,
+off the event loop; the command fast path is untouched. A sandbox over budget is removed at once (its disk is
 freed) and its running and later operations raise `envs.protocol.DiskBudgetExceeded`, which the
 agent loop turns into the `limit_disk` status: the agent's doing, not an infrastructure failure.
 """
@@ -51,7 +51,7 @@ class DiskWatchdog:
         Returns the removed ones. Docker errors of the measurement propagate."""
         if not self._watched:
             return []
-        sizes = await asyncio.to_thread(containers.writable_sizes, self._client(), self.run_id)
+        sizes = await self._measure()
         self.checks += 1
         over = []
         for cid, sb in list(self._watched.items()):
@@ -66,6 +66,30 @@ class DiskWatchdog:
             if isinstance(result, BaseException):  # marked anyway; the reaper removes it later
                 log.warning("could not remove %s: %s", sb.container_id[:12], result)
         return [sb for sb, _ in over]
+
+
+    async def _measure(self) -> dict[str, int]:
+        """Writable-layer sizes of the watched sandboxes: one call per Docker host (the
+        sandboxes' own clients; the watchdog's client for a sandbox without one). A host that
+        fails its call is skipped (the farm's health check deals with it) unless it is the only
+        one, whose error propagates."""
+        own = [getattr(sb, "client", None) for sb in self._watched.values()]
+        clients = {id(cl): cl for cl in own if cl is not None}
+        clients = clients or {0: self._client()}
+        results = await asyncio.gather(
+            *(asyncio.to_thread(containers.writable_sizes, cl, self.run_id)
+              for cl in clients.values()),
+            return_exceptions=True,
+        )
+        sizes: dict[str, int] = {}
+        for result in results:
+            if isinstance(result, BaseException):
+                if len(results) == 1:
+                    raise result
+                log.warning("disk check of a host failed: %s: %s", type(result).__name__, result)
+            else:
+                sizes.update(result)
+        return sizes
 
 
 def _reason(used: int, budget_mb: int) -> str:

@@ -10,6 +10,11 @@ Creation failures (daemon errors, a container that dies during start-up) are ret
 tenacity; when retries run out `acquire` raises `InfraError`, never a model failure. Sandboxes
 in use are watched for their disk budget (`envs.diskwatch`): one over it is removed and raises
 `DiskBudgetExceeded`, a policy failure.
+
+Sandboxes are spread over the configured Docker hosts (`FarmConfig.hosts`, `envs.hosts`): each
+goes to the least-loaded healthy host under its cap, its image copied there first if missing.
+A host whose engine fails is drained: its sandboxes raise `HostLost` (episodes end
+`infra_error`), new ones go elsewhere. Reaping, disk checks and cleanup run on every host.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from typing import Any, Self
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from envs import containers, reaper
+from envs import reaper
 from envs.config import FarmConfig, SandboxLimits
 from envs.diskwatch import DiskWatchdog
+from envs.hosts import Host, HostSet, engine_fault, record_run
 from envs.pool import PoolKey, WarmPool
 from envs.protocol import InfraError
-from envs.sandbox import DockerSandbox, ImageMissing
+from envs.sandbox import DockerError, DockerSandbox, ImageMissing
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)
@@ -38,6 +44,12 @@ log = logging.getLogger(__name__)
 
 def _retryable(e: BaseException) -> bool:
     return isinstance(e, InfraError) and not isinstance(e, ImageMissing)
+
+
+def _engine_failed(e: BaseException) -> bool:
+    """Whether a creation failure is the engine's (unreachable, or a 5xx answer), not the
+    container's or the request's (4xx: a container that died at start, a bad argument)."""
+    return isinstance(e, InfraError) and engine_fault(e.__cause__)
 
 
 class RateLimiter:
@@ -68,6 +80,9 @@ class FarmStats:
     disk_kills: int = 0
     in_use: int = 0
     peak_in_use: int = 0
+    hosts_drained: int = 0
+    host_lost: int = 0
+    """Sandboxes failed because their host was drained."""
 
     def metrics(self) -> dict[str, float]:
         """Namespaced counters for the metrics sink."""
@@ -88,10 +103,17 @@ class FarmLifetime:
 class DockerFarm(FarmLifetime):
     """Sandboxes for tasks; see the module docstring."""
 
-    def __init__(self, run_id: str, config: FarmConfig | None = None, *, client: Any = None):
+    def __init__(self, run_id: str, config: FarmConfig | None = None, *, client: Any = None,
+                 hosts: HostSet | None = None):
+        """`client`: the Docker client of the local engine (no configured hosts); `hosts`: a
+        `HostSet` shared with the grader (default: from `config`)."""
         self.run_id = run_id
         self.config = config or FarmConfig()
-        self._client = client
+        self._own_hosts = hosts is None
+        self.hosts = hosts or HostSet.from_config(self.config, client)
+        self.hosts.listeners.append(self._on_drain)
+        self._live: set[DockerSandbox] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(self.config.max_concurrent)
         self._rate = RateLimiter(self.config.create_rate_per_s)
         self.pool = WarmPool(
@@ -104,15 +126,13 @@ class DockerFarm(FarmLifetime):
         self._reaper: asyncio.Task[None] | None = None
         self.diskwatch = DiskWatchdog(lambda: self.client, run_id)
         self._diskwatcher: asyncio.Task[None] | None = None
+        self._health: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            self._client = containers.docker_client(
-                self.config.docker_timeout_s, max_pool_size=2 * self.config.max_concurrent + 8
-            )
-        return self._client
+        """The Docker client of the first host (the local engine without configured hosts)."""
+        return self.hosts.hosts[0].client()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -123,41 +143,91 @@ class DockerFarm(FarmLifetime):
             return
         if self._closed:
             raise RuntimeError("the farm is closed")
+        self._loop = asyncio.get_running_loop()
+        record_run(self.run_id, self.config.hosts)  # `swefleet clean` covers every host
         self._reaper = asyncio.ensure_future(self._reap_forever())
         self._diskwatcher = asyncio.ensure_future(self._watch_disk_forever())
-        removed = await asyncio.to_thread(reaper.reap_dead_runs, self.client, self.run_id)
-        self.stats.reaped += len(removed)
+        if not self.config.hosts:  # the local engine: its errors propagate, as ever
+            removed = await asyncio.to_thread(reaper.reap_dead_runs, self.client, self.run_id)
+            self.stats.reaped += len(removed)
+            return
+        self._health = asyncio.ensure_future(self._check_hosts_forever())
+        await asyncio.to_thread(self.hosts.check)  # an engine that is down is drained first
+        for host in self.hosts.healthy():
+            await self._reap(host, expired=False)
 
     async def close(self) -> None:
         """Stop the reaper and the pool, wait for removals, then remove anything of this run."""
         self._closed = True
-        loops = [t for t in (self._reaper, self._diskwatcher) if t is not None]
+        loops = [t for t in (self._reaper, self._diskwatcher, self._health) if t is not None]
         for task in loops:
             task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self.pool.close()
         await asyncio.gather(*list(self._cleanup), return_exceptions=True)
-        if self._client is not None:
-            self.stats.reaped += await asyncio.to_thread(self.remove_run_containers)
+        self.stats.reaped += await asyncio.to_thread(self.remove_run_containers)
+        if self._on_drain in self.hosts.listeners:
+            self.hosts.listeners.remove(self._on_drain)
+        if self._own_hosts and self.config.hosts:  # (a given client stays the caller's)
+            await asyncio.to_thread(self.hosts.close)
 
     def remove_run_containers(self) -> int:
-        """Remove every container of this run (sync; usable from a signal handler/atexit)."""
-        return reaper.remove_run_containers(self.run_id, self._client)
+        """Remove every container of this run on every host it used (sync; usable from a signal
+        handler/atexit). A drained host is tried only if it answers again."""
+        removed = 0
+        for host in self._used_hosts():
+            if host.drained and host.probe():
+                log.warning("not cleaning drained host %s (no answer); `swefleet clean %s` "
+                            "later", host.name, self.run_id)
+                continue
+            try:
+                removed += reaper.remove_run_containers(self.run_id, host.client())
+            except Exception as e:  # noqa: BLE001 - clean the other hosts; this one is reported
+                log.warning("could not clean host %s: %s: %s", host.name, type(e).__name__, e)
+        return removed
+
+    def _used_hosts(self) -> list[Host]:
+        return [h for h in self.hosts.hosts if h.connected]
 
     async def _reap_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.reap_interval_s)
             self.pool.expire()
-            try:
-                for removed in (
-                    await asyncio.to_thread(
-                        reaper.reap_expired, self.client, self.config.reap_grace_s
-                    ),
-                    await asyncio.to_thread(reaper.reap_dead_runs, self.client, self.run_id),
-                ):
-                    self.stats.reaped += len(removed)
-            except Exception as e:  # noqa: BLE001 - a daemon hiccup must not stop the run
-                log.warning("reaper pass failed: %s: %s", type(e).__name__, e)
+            for host in self.hosts.healthy():
+                await self._reap(host)
+
+    async def _reap(self, host: Host, expired: bool = True) -> None:
+        """Containers of dead runs (and, with `expired`, past their lifetime) on `host`."""
+        try:
+            if expired:
+                self.stats.reaped += len(await asyncio.to_thread(
+                    reaper.reap_expired, host.client(), self.config.reap_grace_s
+                ))
+            self.stats.reaped += len(await asyncio.to_thread(
+                reaper.reap_dead_runs, host.client(), self.run_id
+            ))
+        except Exception as e:  # noqa: BLE001 - a daemon hiccup must not stop the run
+            log.warning("reaper pass on %s failed: %s: %s", host.name, type(e).__name__, e)
+
+    async def _check_hosts_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.host_check_interval_s)
+            await asyncio.to_thread(self.hosts.check)
+
+    def _on_drain(self, host: Host) -> None:
+        """`HostSet` listener (any thread): fail this farm's sandboxes on `host`."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._fail_sandboxes_on, host)
+
+    def _fail_sandboxes_on(self, host: Host) -> None:
+        self.stats.hosts_drained += 1
+        for sb in [sb for sb in self._live if sb.host is host]:
+            if not sb.host_lost:
+                self.stats.host_lost += 1
+            sb.mark_host_lost(f"{host.name}: {host.drained}")
+
+    def _on_engine_error(self, host: Host, error: BaseException) -> None:
+        self._track(asyncio.to_thread(self.hosts.engine_error, host, error))
 
     async def _watch_disk_forever(self) -> None:
         while True:
@@ -220,7 +290,7 @@ class DockerFarm(FarmLifetime):
         return self._images[key]
 
     async def _create(self, key: PoolKey, instance_id: str = "") -> DockerSandbox:
-        image, limits, workdir = key
+        image = key[0]
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.create_attempts),
             wait=wait_exponential(multiplier=0.5, max=10),
@@ -231,16 +301,7 @@ class DockerFarm(FarmLifetime):
         try:
             async for attempt in retrying:
                 with attempt:
-                    await self._rate.wait()
-                    sb = await self._create_once(
-                        self.client,
-                        image,
-                        run_id=self.run_id,
-                        config=self.config,
-                        limits=limits,
-                        workdir=workdir,
-                        instance_id=instance_id,
-                    )
+                    sb = await self._create_on_a_host(key, instance_id)
         except InfraError as e:
             self.stats.create_failures += 1
             if isinstance(e, ImageMissing):
@@ -250,6 +311,36 @@ class DockerFarm(FarmLifetime):
                 f"{type(e).__name__}: {e}"
             ) from e
         self.stats.created += 1
+        return sb
+
+    async def _create_on_a_host(self, key: PoolKey, instance_id: str) -> DockerSandbox:
+        """One attempt: a slot on the least-loaded healthy host, the image there, a sandbox.
+        An engine failure counts against the host (it may be drained: the retry goes
+        elsewhere)."""
+        image, limits, workdir = key
+        host = await self.hosts.reserve_wait()
+        try:
+            try:
+                await asyncio.to_thread(self.hosts.ensure_image, host, image)
+            except LookupError as e:
+                raise ImageMissing(str(e)) from e
+            except Exception as e:  # the copy failed: an engine's doing
+                raise DockerError(f"image {image} to {host.name}: {type(e).__name__}: {e}") from e
+            await self._rate.wait()
+            sb = await self._create_once(
+                host.client(), image, run_id=self.run_id, config=self.config, limits=limits,
+                workdir=workdir, instance_id=instance_id,
+            )
+        except BaseException as e:
+            self.hosts.release(host)
+            if _engine_failed(e):
+                await asyncio.to_thread(self.hosts.engine_error, host, e)
+            raise
+        self.hosts.engine_ok(host)
+        sb.host, sb.on_engine_error = host, lambda err: self._on_engine_error(host, err)
+        self._live.add(sb)
+        if host.drained:  # drained while this one was made
+            sb.mark_host_lost(f"{host.name}: {host.drained}")
         return sb
 
     async def _create_once(self, *args: Any, **kwargs: Any) -> DockerSandbox:
@@ -289,8 +380,17 @@ class DockerFarm(FarmLifetime):
 
     async def _discard(self, sb: DockerSandbox) -> None:
         try:
+            if sb.host is not None and sb.host.drained:  # no engine to ask; swept by label
+                sb.closed = True
+                await sb.session.close()
+                self.stats.remove_errors += 1
+                return
             await sb.close()
             self.stats.removed += 1
         except InfraError as e:  # the reaper and close() sweep by label later
             self.stats.remove_errors += 1
             log.warning("could not remove sandbox %s: %s", sb.container_id[:12], e)
+        finally:
+            if sb in self._live:
+                self._live.discard(sb)
+                self.hosts.release(sb.host)

@@ -18,7 +18,9 @@ The procedure follows SWE-bench's harness (`swebench.harness.run_evaluation` + `
 
 The decision is read back from the log (`envs/gradelog.py`), so a stored log can be graded again;
 SWE-bench's file formats are in `envs/swebench_io.py`. Docker failures give status `error` with a
-reason starting with `infra:`: never `unresolved`.
+reason starting with `infra:`: never `unresolved`. With several Docker hosts (`hosts=`, shared
+with the farm) each grading run goes to the least-loaded healthy host, its image copied there if
+missing; a run whose host fails is tried once more on another.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from envs.gradelog import (
     regrade_from_log,
     test_files_of,
 )
+from envs.hosts import HostSet, connect, engine_fault
 from envs.protect import drop_protected, matches, pytest_section
 from envs.protocol import Grader, InfraError
 from swefleet.types import GradeResult, GradeStatus, Task
@@ -337,6 +340,7 @@ class DockerGrader(Grader):
         max_parallel: int = 8,
         max_file_mb: int = 1024,
         config: GradingConfig | None = None,
+        hosts: HostSet | None = None,
     ):
         """`timeout_s`: deadline of one grading run (patches + tests); `mem_limit`, `pids_limit`,
         `cpus`: container limits; `user`: who runs the steps (owner of the repo in the image);
@@ -344,8 +348,12 @@ class DockerGrader(Grader):
         threads of the grader's own pool (blocking Docker calls stay off the event loop and out
         of asyncio's default executor); `max_file_mb`: largest file the patch and the tests
         may write (`ulimit -f`, as in the sandbox), so a runaway test cannot fill the disk;
-        `config`: what is protected from the model patch (default `GradingConfig()`)."""
+        `config`: what is protected from the model patch (default `GradingConfig()`);
+        `hosts`: the farm's Docker hosts (default: the local engine only)."""
         self.config = config or GradingConfig()
+        self.hosts = hosts
+        self._host_clients: dict[str, tuple] = {}
+        """Per host name: (Docker client with the grader's timeout, closer of its link or None)."""
         self.run_id, self.timeout_s = run_id, timeout_s
         self.max_file_mb = max_file_mb
         self.mem_limit, self.pids_limit, self.cpus, self.user = mem_limit, pids_limit, cpus, user
@@ -367,6 +375,11 @@ class DockerGrader(Grader):
         self._pool.shutdown(wait=not abandon, cancel_futures=abandon)
         if self._docker is not None and not abandon:
             self._docker.close()
+        if not abandon:
+            for client, link in self._host_clients.values():
+                client.close()
+                if link is not None:
+                    link()
 
     def grade_sync(self, task: Task, model_patch: str) -> GradeResult:
         if not task.image:
@@ -399,7 +412,36 @@ class DockerGrader(Grader):
     def _run(self, task: Task, model_patch: str, deadline: float) -> str:
         if self._closing:
             raise InfraError("grader is shutting down")
-        container = self._client().containers.create(
+        if self.hosts is None:
+            return self._run_on(self._client(), task, model_patch, deadline)
+        for attempt in range(2):
+            host = self.hosts.begin_grading()
+            try:
+                return self._run_on_host(host, task, model_patch, deadline)
+            except _infra_errors() as e:
+                if not engine_fault(e) or not self.hosts.engine_error(host, e) or attempt:
+                    raise
+                log.warning("grading %s: host %s drained; once more elsewhere",
+                            task.instance_id, host.name)
+            finally:
+                self.hosts.end_grading(host)
+        raise AssertionError("unreachable")
+
+    def _run_on_host(self, host, task: Task, model_patch: str, deadline: float) -> str:
+        try:
+            self.hosts.ensure_image(host, task.image)
+        except LookupError as e:
+            raise InfraError(str(e)) from e
+        with self._lock:
+            if host.name not in self._host_clients:
+                self._host_clients[host.name] = connect(
+                    host.config, max(120, self.timeout_s + 60)
+                )
+            client = self._host_clients[host.name][0]
+        return self._run_on(client, task, model_patch, deadline)
+
+    def _run_on(self, client, task: Task, model_patch: str, deadline: float) -> str:
+        container = client.containers.create(
             task.image,
             command=["sleep", str(int(self.timeout_s) + 300)],  # the container's lifetime cap
             name=_container_name(self.run_id, task.instance_id),

@@ -4,6 +4,9 @@ The base image is bootstrapped offline from Debian packages (`debootstrap` into 
 `docker import`), so swefleet works on air-gapped machines and machines that cannot pull. Task
 images are layered on the base, tagged by a hash of their content, and reused.
 
+With several Docker hosts (`FarmConfig.hosts`) an image is made once (on the local engine) and
+copied to each host that lacks it (`transfer_image`, `envs.hosts.HostSet.ensure_image`).
+
 Users who can pull images may instead build `docker/base.Dockerfile` (its base is a build
 argument, e.g. `python:3.11-slim`) and pass the tag as `base_image`.
 """
@@ -49,6 +52,28 @@ def image_exists(tag: str) -> bool:
         return True
     except docker.errors.ImageNotFound:
         return False
+
+
+def has_image(client, tag: str) -> bool:
+    """Whether the engine of `client` holds `tag`."""
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def transfer_image(src, dst, tag: str, chunk_size: int = 1 << 20) -> None:
+    """Copy `tag` from the engine of `src` to that of `dst`: `docker save` streamed into
+    `docker load` through the SDK (no registry, no file; layers `dst` has are not stored
+    twice). Docker errors propagate."""
+    started = time.monotonic()
+    dst.images.load(src.api.get_image(tag, chunk_size=chunk_size))
+    if not has_image(dst, tag):
+        raise RuntimeError(f"loading {tag} did not create it")
+    log.info("transferred image %s in %.1fs", tag, time.monotonic() - started)
 
 
 def build_base_image(

@@ -1,7 +1,8 @@
 """Removing what crashed or finished runs left behind, found by label (never by name).
 
-Blocking functions (the farm runs them in a thread); `remove_run_containers` is safe to call
-from a signal handler or `atexit`: it makes its own client and does not touch asyncio.
+Blocking functions over one engine's client (the farm runs them in a thread, per host);
+`remove_run_containers` is safe to call from a signal handler or `atexit`: it makes its own
+clients (every host the run used) and does not touch asyncio.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from typing import Any
 
 from envs import containers as c
+from envs.hosts import Host, recorded_hosts
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +83,24 @@ def reap_expired(client: Any, grace_s: float = 60.0, now: float | None = None) -
 
 
 def remove_run_containers(run_id: str, client: Any | None = None) -> int:
-    """Remove every container of `run_id` (sync). Returns how many were removed."""
-    client = client or c.docker_client(timeout_s=30)
-    ids = [rec["Id"] for rec in c.list_sandboxes(client, run_id)]
-    return len(_remove_all(client, ids))
+    """Remove every container of `run_id` (sync) through `client`; without one, on every
+    Docker host the run recorded (`envs.hosts.record_run`), else on the local engine. A host
+    that cannot be reached is logged and skipped. Returns how many were removed."""
+    if client is not None:
+        return len(_remove_all(client, [rec["Id"] for rec in c.list_sandboxes(client, run_id)]))
+    hosts = recorded_hosts(run_id)
+    if not hosts:
+        return remove_run_containers(run_id, c.docker_client(timeout_s=30))
+    removed = 0
+    for host in hosts:
+        one = Host(host, timeout_s=30)
+        try:
+            removed += remove_run_containers(run_id, one.client())
+        except Exception as e:  # noqa: BLE001 - clean the other hosts; this one is reported
+            log.warning("could not clean %s on %s: %s: %s", run_id, one.name, type(e).__name__, e)
+        finally:
+            one.close()
+    return removed
 
 
 def leftover_containers(client: Any, run_id: str | None = None) -> list[str]:

@@ -8,7 +8,8 @@ The container's PID 1 is `sleep <lifetime>` under tini, so it ends and is remove
 `close()` removes it earlier. Docker and container failures raise `InfraError` subclasses, never
 a failed `CommandResult`; a missing file is the agent's business (`FileNotFoundError`). Once the
 farm's disk watchdog has removed the sandbox (`kill_over_budget`), every operation raises
-`DiskBudgetExceeded` instead, the one in flight included.
+`DiskBudgetExceeded` instead, the one in flight included; once the farm drained its Docker host
+(`mark_host_lost`), every operation raises `HostLost`, an `InfraError`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import logging
 import posixpath
 import re
 import shlex
+import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Self
 
 from envs import containers
@@ -48,6 +51,10 @@ class ImageMissing(InfraError):
 
 class ContainerDied(InfraError):
     """The sandbox's container is gone or stopped (lifetime over, OOM of PID 1, removed)."""
+
+
+class HostLost(InfraError):
+    """The sandbox's Docker host was drained (its engine failed): the episode cannot go on."""
 
 
 class PatchTooLarge(DiskBudgetExceeded):
@@ -89,6 +96,12 @@ class DockerSandbox:
         self.closed = False
         self.over_budget = ""
         """Why the disk watchdog removed this sandbox; empty while it has not."""
+        self.host: Any = None
+        """The farm's `envs.hosts.Host` this sandbox runs on (None outside a farm)."""
+        self.host_lost = ""
+        """Why the farm gave this sandbox's host up (`mark_host_lost`); empty while it has not."""
+        self.on_engine_error: Callable[[BaseException], None] | None = None
+        """Told about every Docker error of an operation (the farm judges the host's health)."""
         self.session = ShellSession(
             self._open_exec,
             start_timeout_s=config.session_start_timeout_s,
@@ -165,8 +178,32 @@ class DockerSandbox:
         except _docker_errors() as e:
             raise DockerError(f"remove {self.container_id[:12]}: {e}") from e
 
+    def mark_host_lost(self, reason: str) -> None:
+        """The farm drained this sandbox's host: running and later operations raise `HostLost`
+        (the shell's sockets are shut down, so a command in flight ends now). Idempotent."""
+        if self.host_lost or self.closed:
+            return
+        self.host_lost = reason or "host lost"
+        for sock in (getattr(self.session, "_sock", None), getattr(self.session, "_killer", None)):
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _engine_error(self, what: str, e: BaseException) -> DockerError:
+        """A `DockerError` for `e`, after telling `on_engine_error`."""
+        if self.on_engine_error is not None:
+            self.on_engine_error(e)
+        where = f"[host {self.host.name}] " if self.host is not None else ""
+        return DockerError(f"{where}{what}{type(e).__name__}: {e}")
+
     def _check_budget(self, cause: BaseException | None = None) -> None:
-        """Raise `DiskBudgetExceeded` (from `cause`) if the watchdog removed this sandbox."""
+        """Raise `HostLost` if the farm gave the host up, `DiskBudgetExceeded` if the watchdog
+        removed this sandbox (both from `cause`)."""
+        if self.host_lost:
+            raise HostLost(f"the Docker host of this sandbox was drained: {self.host_lost}") \
+                from cause
         if self.over_budget:
             raise DiskBudgetExceeded(self.over_budget) from cause
 
@@ -188,6 +225,9 @@ class DockerSandbox:
             info = await asyncio.to_thread(self.client.api.inspect_container, self.container_id)
         except docker.errors.NotFound:
             return False
+        except _docker_errors() as e:
+            self._check_budget(e)
+            raise self._engine_error("inspect: ", e) from e
         return bool(info["State"]["Running"])
 
     # -- commands --------------------------------------------------------------------------
@@ -215,13 +255,14 @@ class DockerSandbox:
             except SessionDied as e:
                 return await self._after_shell_died(e)
             except _docker_errors() as e:
-                raise DockerError(f"{type(e).__name__}: {e}") from e
-        except InfraError as e:  # the watchdog removed the container under the command
+                raise self._engine_error("", e) from e
+        except InfraError as e:  # the watchdog (or a drain) removed the container under it
             self._check_budget(e)
             raise
 
     async def _after_shell_died(self, e: SessionDied) -> CommandResult:
         """The shell ended mid-command: infra if the container is gone, else a fresh shell."""
+        self._check_budget(e)
         if not await self.is_running():
             raise ContainerDied(f"container {self.container_id[:12]} is gone: {e}") from e
         log.info("shell of %s ended (%s); restarting it", self.container_id[:12], e)
@@ -272,7 +313,7 @@ class DockerSandbox:
             )
         except _docker_errors() as e:
             await self._raise_if_dead(e)
-            raise DockerError(f"exec: {type(e).__name__}: {e}") from e
+            raise self._engine_error("exec: ", e) from e
         self._check_budget()  # removed while it ran: the output is not the command's
         took = time.monotonic() - start
         return out, err, rc, rc == 137 and took >= timeout_s, took
@@ -319,7 +360,7 @@ class DockerSandbox:
                 raise FileNotFoundError(target) from e
             except _docker_errors() as e:
                 self._check_budget(e)
-                raise DockerError(f"read {target}: {e}") from e
+                raise self._engine_error(f"read {target}: ", e) from e
         raise OSError(f"too many levels of symbolic links: {path}")
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
@@ -347,7 +388,7 @@ class DockerSandbox:
                     raise PermissionError(f"cannot create {parent}: {made.output.strip()}") from e
             except _docker_errors() as e:
                 self._check_budget(e)
-                raise DockerError(f"write {target}: {e}") from e
+                raise self._engine_error(f"write {target}: ", e) from e
 
     async def apply_patch(self, patch: str, timeout_s: float = 60.0) -> CommandResult:
         """Apply a unified diff in the workdir: `git apply`, falling back to `patch --fuzz`.

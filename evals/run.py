@@ -47,8 +47,8 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         from envs.containers import docker_client
         from envs.reaper import reap_dead_runs
 
-        if cfg.envs.backend == "docker":  # (bwrap boxes die with their process)
-            reap_dead_runs(docker_client())  # what a killed earlier eval or run left behind
+        if cfg.envs.backend == "docker" and not cfg.envs.hosts:  # (bwrap boxes die with
+            reap_dead_runs(docker_client())  # their process; a farm over hosts reaps each)
         select = None
         if args.agent == "predictions":
             preds = load_predictions_for(args)
