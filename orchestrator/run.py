@@ -46,7 +46,7 @@ def run_rl(cfg: RunConfig) -> int:
         log.error("run aborted: %s\nstart the same command again to resume from %s", e, out)
         return 1
     finally:
-        if cfg.environment == "swe":  # the only environment with containers (and Docker)
+        if cfg.environment == "swe" and cfg.envs.backend == "docker":  # (containers, Docker)
             from envs.reaper import remove_run_containers
 
             n = remove_run_containers(run_id)
@@ -69,7 +69,6 @@ def prepare_tasks(cfg: RunConfig, select=None):
     from envs.images import build_base_image
     from envs.tasks import load_tasks, prepare_task_images
 
-    build_base_image(cfg.tasks.base_image)
     tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
     if cfg.tasks.limit:
         tasks = tasks[: cfg.tasks.limit]
@@ -77,7 +76,9 @@ def prepare_tasks(cfg: RunConfig, select=None):
         tasks = select(tasks)
     if not tasks:
         raise ValueError(f"no tasks in {cfg.tasks.path} (split={cfg.tasks.split})")
-    prepare_task_images(tasks, cfg.tasks.path, cfg.tasks.base_image)
+    if any(not t.image for t in tasks):  # (tasks naming their images need no Docker here)
+        build_base_image(cfg.tasks.base_image)
+        prepare_task_images(tasks, cfg.tasks.path, cfg.tasks.base_image)
     return tasks
 
 

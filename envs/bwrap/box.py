@@ -10,7 +10,9 @@ image's root filesystem read-only, the workdir and the agent's home as writable 
 copies, a tmpfs `/tmp`, uid/gid 1000 inside, no capabilities, a new session, `--die-with-parent`
 (the farm's death ends the sandbox). Limits are rlimits set on every process that enters
 (`prlimit`): RLIMIT_AS (memory_mb), RLIMIT_NPROC (pids_limit; per sandbox, since each runs as
-its own host uid when swefleet is root), RLIMIT_FSIZE (max_file_mb), RLIMIT_NOFILE (nofile).
+its own host uid when swefleet is root, or is counted in the sandbox's own user namespace when
+not), RLIMIT_FSIZE (max_file_mb), RLIMIT_NOFILE (nofile). Not root: sandboxes run in the
+caller's unprivileged user namespaces (where the kernel allows them), uid 1000 inside as well.
 No cgroup is used: CPU quota and a whole-sandbox memory cap are not enforced.
 When PID 1 ends (lifetime, `close`) the kernel kills every process of the namespace.
 """
@@ -18,6 +20,7 @@ When PID 1 ends (lifetime, `close`) the kernel kills every process of the namesp
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
 import json
 import math
@@ -47,24 +50,36 @@ _swept: set[Path] = set()
 
 
 class BwrapMissing(InfraError):
-    """bubblewrap (or nsenter/prlimit/setpriv) is not installed, or we are not root."""
+    """bubblewrap (or nsenter/prlimit/setpriv) is not installed, or cannot make namespaces."""
 
 
-def check_tools() -> None:
-    missing = [t for t in ("bwrap", "nsenter", "prlimit", "setpriv") if shutil.which(t) is None]
+def bwrap_exe(path: str = "") -> str:
+    """`BwrapConfig.bwrap_path`, or `bwrap` from `PATH`."""
+    return path or "bwrap"
+
+
+def check_tools(bwrap: str = "") -> None:
+    """`BwrapMissing` unless the tools exist and bwrap can make its namespaces here (as root,
+    or as this user where the kernel allows unprivileged user namespaces)."""
+    exe = bwrap_exe(bwrap)
+    missing = [t for t in (exe, "nsenter", "prlimit", "setpriv") if shutil.which(t) is None]
     if missing:
         raise BwrapMissing(f"the bwrap backend needs {', '.join(missing)} (apt-get install "
-                           "bubblewrap util-linux)")
-    if os.getuid() != 0:
-        raise BwrapMissing("the bwrap backend needs root for now (nsenter into the sandbox)")
-    probe = subprocess.run(["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
-                            "true"], capture_output=True, text=True, timeout=30, check=False)
+                           "bubblewrap util-linux, or [envs.bwrap] bwrap_path)")
+    probe = subprocess.run([exe, "--unshare-all", "--unshare-user", "--die-with-parent",
+                            "--ro-bind", "/", "/", "true"],
+                           capture_output=True, text=True, timeout=30, check=False)
     if probe.returncode != 0:  # e.g. user namespaces disabled by the kernel or a seccomp policy
-        raise BwrapMissing("bwrap cannot create its namespaces on this machine: "
-                           + (probe.stderr.strip().splitlines() or ["no error text"])[-1])
+        why = (probe.stderr.strip().splitlines() or ["no error text"])[-1]
+        who = "" if os.getuid() == 0 else (
+            f" (not root: uid {os.getuid()} needs unprivileged user namespaces, e.g. sysctl "
+            "kernel.unprivileged_userns_clone=1 / kernel.apparmor_restrict_unprivileged_userns=0)")
+        raise BwrapMissing(f"bwrap cannot create its namespaces on this machine{who}: {why}")
 
 
 def _host_uid(cfg: BwrapConfig) -> int:
+    if os.getuid() != 0:  # not root: every sandbox runs as the caller (in its own user ns)
+        return os.getuid()
     for _ in range(100000):
         uid = cfg.host_uid_base + (os.getpid() % 512) * 1000 + next(_uids) % 1000
         if uid not in _live_uids:
@@ -86,19 +101,22 @@ class Box:
     procs: list[subprocess.Popen] = field(default_factory=list)
     closed: bool = False
     made: bool = False
+    bwrap: str = "bwrap"
+    outer_ns: int = -1  # not root: an fd of the user namespace bwrap set the box up in
 
     @classmethod
     async def start(cls, entry: Path, workdir: str, limits: SandboxLimits, cfg: BwrapConfig,
                     session_env: dict[str, str], name: str) -> Box:
         """Copy the writable paths and start PID 1; cancellation-safe."""
-        check_tools()
+        check_tools(cfg.bwrap_path)
         base = Path(cfg.state_dir) if cfg.state_dir else default_dir("sandboxes")
         base.mkdir(parents=True, exist_ok=True, mode=0o755)
         if base not in _swept:  # copies that a killed process left behind
             _swept.add(base)
             await asyncio.to_thread(sweep_dead, base)
         env = {**image_env(entry), "HOME": HOME, "USER": limits.user, **session_env}
-        box = cls(entry, workdir, limits, env, _host_uid(cfg), base / f"{os.getpid()}.{name}")
+        box = cls(entry, workdir, limits, env, _host_uid(cfg), base / f"{os.getpid()}.{name}",
+                  bwrap=bwrap_exe(cfg.bwrap_path))
         try:
             await asyncio.to_thread(box._prepare)
             await box._start_init()
@@ -113,17 +131,27 @@ class Box:
         writable_copy(self.entry, self.workdir, self.dir / "work", self.uid)
         writable_copy(self.entry, HOME, self.dir / "home", self.uid)
 
-    def _rlimits(self) -> list[str]:
+    def _rlimits(self, nproc: bool = True) -> list[str]:
         lim = self.limits
-        return ["prlimit", f"--as={lim.memory_mb << 20}", f"--nproc={lim.pids_limit}",
+        return ["prlimit", f"--as={lim.memory_mb << 20}",
+                *([f"--nproc={lim.pids_limit}"] if nproc else []),
                 f"--fsize={lim.max_file_mb << 20}", f"--nofile={lim.nofile}", "--"]
+
+    def _init_prefix(self) -> list[str]:
+        """Root: drop to the sandbox's own host uid (RLIMIT_NPROC then counts this sandbox).
+        Not root: stay this user; bwrap itself gets no RLIMIT_NPROC (it would cap the whole
+        user's processes, swefleet's threads included, via the new user namespace's count);
+        processes entered with nsenter still get it, counted within the sandbox's namespace."""
+        if os.getuid() == 0:
+            return ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
+                    "--pdeathsig", "KILL", *self._rlimits()]
+        return ["setpriv", "--pdeathsig", "KILL", *self._rlimits(nproc=False)]
 
     async def _start_init(self) -> None:
         tmp_mb = self.limits.tmpfs_mb or 1024
         argv = [
-            "setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
-            "--pdeathsig", "KILL",  # the farm's death kills bwrap, bwrap's the sandbox
-            *self._rlimits(), "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+            *self._init_prefix(),  # --pdeathsig: the farm's death kills bwrap, bwrap's the box
+            self.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", "--uid", str(AGENT_ID), "--gid", str(AGENT_ID),
             "--hostname", "sandbox", "--ro-bind", str(self.entry / "rootfs"), "/",
             "--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
@@ -145,18 +173,34 @@ class Box:
         if text is None:
             err = await self.init.stderr.read() if self.init.stderr else b""
             raise InfraError(f"bwrap did not start: {err.decode(errors='replace')[-1000:]}")
-        self.pid = await _payload_pid(text["child-pid"])
-
+        try:
+            self.pid = await _payload_pid(text["child-pid"])
+        except InfraError as e:
+            err = await self.init.stderr.read() if self.init.stderr else b""
+            raise InfraError(f"{e} {err.decode(errors='replace')[-1000:]}".strip()) from e
+        if os.getuid() != 0:
+            self.outer_ns = _outer_userns(self.pid)
 
     def argv(self, command: list[str], cwd: str | None = None) -> list[str]:
         """Host argv that runs `command` inside (clean environment, cwd = workdir)."""
         env = [f"{k}={v}" for k, v in self.env.items()]
         return [
-            *self._rlimits(), "nsenter", "-t", str(self.pid), "-U", "-p", "-m", "-n", "-i", "-u",
-            "-S", str(AGENT_ID), "-G", str(AGENT_ID), "--",
+            *self._rlimits(), *self._enter(),
             "/usr/bin/env", "-i", *env, "/bin/sh", "-c", 'cd "$0" && exec "$@"',
             cwd or self.workdir, *command,
         ]
+
+    def _enter(self) -> list[str]:
+        """nsenter argv into the box as uid/gid 1000. Root may join the namespaces in any
+        order. Not root: bwrap nests the box's user namespace (uid 1000 inside) in the one
+        that owns the other namespaces; an unprivileged caller can only join those from that
+        outer one, then the inner one (a second nsenter, inside, targeting PID 1)."""
+        if os.getuid() == 0:
+            return ["nsenter", "-t", str(self.pid), "-U", "-p", "-m", "-n", "-i", "-u",
+                    "-S", str(AGENT_ID), "-G", str(AGENT_ID), "--"]
+        return ["nsenter", f"--user=/proc/{os.getpid()}/fd/{self.outer_ns}", "-t", str(self.pid),
+                "-p", "-m", "-n", "-i", "-u", "--preserve-credentials", "--",
+                "nsenter", "-t", "1", "-U", "--preserve-credentials", "--"]
 
     def popen(self, command: list[str], *, stdin: int, stdout: int, stderr: int | None = None
               ) -> subprocess.Popen:
@@ -238,7 +282,22 @@ class Box:
         self.procs.clear()
         if self.made:
             await asyncio.to_thread(shutil.rmtree, self.dir, True)
-        _live_uids.discard(self.uid)
+        if os.getuid() == 0:
+            _live_uids.discard(self.uid)
+        if self.outer_ns >= 0:
+            os.close(self.outer_ns)
+            self.outer_ns = -1
+
+
+def _outer_userns(pid: int) -> int:
+    """An fd of the parent of `pid`'s user namespace (ioctl NS_GET_PARENT)."""
+    inner = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fcntl.ioctl(inner, 0xB702)  # NS_GET_PARENT; the new fd is close-on-exec
+    except OSError as e:
+        raise InfraError(f"cannot reach the sandbox's outer user namespace: {e}") from e
+    finally:
+        os.close(inner)
 
 
 def _read_json(f) -> dict | None:

@@ -42,7 +42,7 @@ class BwrapFarm(FarmLifetime):
     image_for = DockerFarm.image_for  # the task's image (built with Docker from source_dir)
 
     async def start(self) -> None:
-        check_tools()
+        check_tools(self.config.bwrap.bwrap_path)
 
     async def close(self) -> None:
         """Remove every sandbox still out (normally none: `acquire` removes its own)."""

@@ -3,7 +3,8 @@
     root = ensure_rootfs("swefleet-task:abc", cache_dir)   # <cache>/<image id>/{rootfs,env.json}
 
 The cache is content-addressed by the image id; `<cache>/by-name/<name>` links to it, so a node
-without a Docker engine uses a cache filled on another machine (shared filesystem). Exports are
+without a Docker engine uses a cache filled on another machine (shared filesystem, or a bundle:
+`envs/bwrap/bundle.py`); without Docker only the links are consulted. Exports are
 atomic (a temporary directory renamed into place), safe when several processes race.
 """
 
@@ -39,7 +40,8 @@ def ensure_rootfs(image: str, cache_dir: str = "") -> Path:
     if image_id is None:
         if (link / "env.json").is_file():
             return link.resolve()
-        raise InfraError(f"image {image}: not in the rootfs cache {cache} and no Docker engine")
+        raise InfraError(f"image {image}: not in the rootfs cache {cache} and no Docker engine "
+                         "(import a bundle holding it: python -m envs.bwrap.bundle import)")
     entry = cache / image_id.replace(":", "_")
     if not (entry / "env.json").is_file():
         _export(image, entry)

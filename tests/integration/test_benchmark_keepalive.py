@@ -13,7 +13,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "keepalive.py"
 
 def test_both_sockets_are_measured_and_the_ratio_is_of_their_medians():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--requests", "10", "--prompt-len", "16",
-                           "--gen-len", "4"], capture_output=True, text=True, timeout=120)
+                           "--gen-len", "4"], capture_output=True, text=True, timeout=120,
+                          check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     plain, ours = out["plain"], out["swefleet"]
