@@ -10,6 +10,8 @@ test lists are corrected. The tests' output is parsed with the swebench parser n
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 from envs.patchfiles import split_patch
 from swefleet.types import GradeResult, GradeStatus, Task
@@ -73,8 +75,31 @@ def parser_key(name: str) -> str:
     return name if name.startswith("parse_log_") else f"parse_log_{name}"
 
 
+def swebench_harness() -> None:
+    """Let `swebench.harness.<module>` import without running `swebench/harness/__init__.py`.
+
+    That file imports every harness module up front: docker, `datasets` (pyarrow, pandas,
+    huggingface_hub) and modal, ~2 s, and absent on a machine that only grades (a GPU node with
+    the bwrap backend). The log parsers, `grading` and `constants` need only the standard
+    library and unidiff; with an empty package registered in their place, each submodule still
+    loads from swebench's own directory on first import. No-op once the package is imported."""
+    if "swebench.harness" in sys.modules:
+        return
+    import importlib.machinery
+    import importlib.util
+
+    import swebench
+
+    spec = importlib.machinery.ModuleSpec("swebench.harness", None, is_package=True)
+    spec.submodule_search_locations = [str(Path(swebench.__file__).parent / "harness")]
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["swebench.harness"] = package
+    swebench.harness = package
+
+
 def get_log_parser(name: str):
     """The swebench log parser called `name` (`pytest`, `django`, `parse_log_sympy`, ...)."""
+    swebench_harness()
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
     try:
@@ -174,6 +199,7 @@ def _whole_id(line: str) -> str | None:
 
 
 def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeResult) -> None:
+    swebench_harness()
     from swebench.harness.grading import SUITE_RAN, get_eval_tests_report, get_resolution_status
 
     status_map = _with_whole_ids(output, get_log_parser(task.log_parser)(output, _test_spec(task)))

@@ -410,3 +410,22 @@ def test_dropped_protected_paths_are_read_back_from_the_log():
 def test_old_grade_records_still_load():
     old = {"instance_id": "x", "status": "resolved", "log": "", "duration_s": 1.0}
     assert GradeResult.model_validate(old).dropped_paths == []
+
+
+def test_reading_logs_needs_neither_docker_nor_datasets():
+    """A grading-only machine (bwrap on a GPU node) has swebench and unidiff, not the packages
+    swebench's harness package imports up front."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for m in ('datasets', 'docker', 'modal'): sys.modules[m] = None\n"
+        "from envs.gradelog import get_log_parser\n"
+        "assert get_log_parser('pytest') is not None\n"
+        "from swebench.harness.grading import get_eval_tests_report\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert proc.stdout.strip() == "ok", proc.stderr
