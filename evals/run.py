@@ -32,7 +32,7 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     from orchestrator.run import prepare_tasks
     from swefleet.config import load_config
 
-    cfg = load_config(args.config, servers=args.server)  # no --config: the defaults
+    cfg = load_config(args.config, args.set, servers=args.server)  # no --config: defaults
     cfg.tasks.path, cfg.tasks.split, cfg.tasks.limit = args.tasks, args.split, None
     if args.agent == "model":  # before any task: a wrong name or a missing vLLM fails at once
         from swefleet.servers import check_launchable
@@ -42,6 +42,7 @@ def run_eval_cli(args: argparse.Namespace) -> int:
             check_served_model(url, cfg.inference.model_name, cfg.inference.connect_timeout_s)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(cfg.model_dump_json(indent=2))  # what this eval ran with
     run_id = f"eval-{uuid.uuid4().hex[:8]}"
     try:
         from envs.containers import docker_client

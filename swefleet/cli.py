@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a running OpenAI-compatible server (repeat for several); replaces "
                          "inference.servers, kind external")
     ev.add_argument("--config", default="", help="TOML config for agent/envs/inference sections")
+    ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, e.g. --set envs.max_concurrent=16")
     ev.add_argument("-k", type=int, default=1, help="attempts per task")
     ev.add_argument("--output-dir", required=True, help="writes report.json here")
     ev.set_defaults(func=_eval)

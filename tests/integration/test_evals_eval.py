@@ -38,6 +38,18 @@ def test_oracle_and_empty_rates(tmp_path, agent, rate):
     assert swebench["resolved_instances"] == (3 if agent == "oracle" else 0)
 
 
+def test_overrides_apply_and_a_bad_one_is_one_line_with_exit_2(tmp_path):
+    bad = subprocess.run(_eval(tmp_path / "bad", "oracle", "--set", "envs.max_concurrent=0"),
+                         cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "envs.max_concurrent" in bad.stderr and not (tmp_path / "bad").exists()
+    out = tmp_path / "one-at-a-time"
+    proc = subprocess.run(_eval(out, "oracle", "--set", "envs.max_concurrent=1"), cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "config.json").read_text())["envs"]["max_concurrent"] == 1
+
+
 def test_killed_eval_resumes_without_redoing_episodes(tmp_path):
     out = tmp_path / "resume"
     proc = subprocess.Popen(_eval(out, "oracle", "-k", "3"), cwd=REPO, start_new_session=True,
