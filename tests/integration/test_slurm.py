@@ -137,6 +137,25 @@ def test_a_cpu_run_goes_through_one_batch_job(slurm_env, tiny, tmp_path):
     assert _processes_mentioning(str(run), str(tiny)) == {}
 
 
+def test_the_docker_quickstart_runs_to_the_end_on_one_node(slurm_env, tiny, tmp_path):
+    """`configs/quickstart.toml` as it is (SWE episodes in Docker sandboxes, the embedded engine
+    launched and supervised by `rl` on the same node) through a one-node job."""
+    name = f"slurmquick{uuid.uuid4().hex[:6]}"
+    run = tmp_path / "run"
+    job = _submit(slurm_env, "configs/quickstart.toml", run, f'name="{name}"',
+                  f'model.path="{tiny}"')  # fmt: skip
+    record = _wait_done(slurm_env, job, 300)
+    why = "\n".join(_tail(p) for p in sorted((run / "logs").glob("*")))
+    assert record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", (record, why)
+    assert record["NumNodes"] == "1", record
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["episodes"] >= 8, summary
+    episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+    assert all(e["task_id"] for e in episodes) and len(episodes) == summary["episodes"]
+    assert _processes_mentioning(str(run), str(tiny)) == {}
+    assert _run_containers(name) == []
+
+
 def test_scancel_stops_every_role_and_removes_the_containers(slurm_env, tiny, tmp_path):
     """The Docker quickstart through a two-node job, cancelled once its sandboxes run: the
     run gets SIGTERM, removes its containers and stops within Slurm's KillWait."""
