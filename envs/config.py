@@ -127,8 +127,9 @@ class DockerHost(BaseModel):
 
     url: str
     """The engine: `unix:///var/run/docker.sock`, `tcp://host:2376` (TLS when the `tls_*` paths
-    are set), or `ssh://user@host[:port]` (OpenSSH forwards a local socket to the remote
-    engine's `/var/run/docker.sock`; keys from the ssh agent or `~/.ssh/config`)."""
+    are set), or `ssh://user@host[:port][/remote/docker.sock]` (OpenSSH forwards a local socket
+    to the remote engine's socket, `/var/run/docker.sock` unless the URL has a path; keys from
+    `ssh_identity_file`, else the ssh agent or `~/.ssh/config`)."""
     max_sandboxes: int = Field(8, ge=1)
     """Most sandboxes (warm ones included) on this engine at once."""
     name: str = ""
@@ -139,6 +140,12 @@ class DockerHost(BaseModel):
     """Client certificate (PEM) for engines started with `--tlsverify`; with `tls_client_key`."""
     tls_client_key: str = ""
     """Key (PEM) of `tls_client_cert`."""
+    ssh_identity_file: str = ""
+    """Private key for an `ssh://` host (`ssh -i`, and no other key is tried); empty: the ssh
+    agent or `~/.ssh/config`."""
+    ssh_known_hosts: str = ""
+    """known_hosts file that must hold the `ssh://` host's key (`UserKnownHostsFile`,
+    `StrictHostKeyChecking=yes`); empty: `~/.ssh/known_hosts` and `~/.ssh/config`."""
 
     @model_validator(mode="after")
     def _check(self) -> DockerHost:
@@ -148,6 +155,8 @@ class DockerHost(BaseModel):
         tls = (self.tls_ca_cert, self.tls_client_cert, self.tls_client_key)
         if any(tls) and scheme != "tcp":
             raise ValueError(f"host {self.url}: tls_* paths need a tcp:// url")
+        if (self.ssh_identity_file or self.ssh_known_hosts) and scheme != "ssh":
+            raise ValueError(f"host {self.url}: ssh_* paths need an ssh:// url")
         if bool(self.tls_client_cert) != bool(self.tls_client_key):
             raise ValueError(f"host {self.url}: set tls_client_cert and tls_client_key together")
         return self

@@ -301,7 +301,7 @@ def connect(config: DockerHost | None, timeout_s: float = 120.0,
                           "max_pool_size": max_pool_size}
     scheme = config.url.partition("://")[0]
     if scheme == "ssh":
-        sock, tunnel = ssh_tunnel(config.url)
+        sock, tunnel = ssh_tunnel(config)
         return _client_over(f"unix://{sock}", kw, lambda: _stop(tunnel, sock))
     if scheme == "tcp" and (config.tls_ca_cert or config.tls_client_cert):
         relay = TlsRelay(config)
@@ -416,33 +416,46 @@ def _local_engine() -> Any:
     return client
 
 
-def ssh_command(url: str, local_sock: str, remote_sock: str = "/var/run/docker.sock") -> list[str]:
-    """OpenSSH forwarding `local_sock` to the engine socket of the host of `ssh://...`."""
-    u = urlparse(url)
+def ssh_command(host: DockerHost, local_sock: str) -> list[str]:
+    """OpenSSH forwarding `local_sock` to the engine socket of an `ssh://` host: the URL's path,
+    else `/var/run/docker.sock`."""
+    u = urlparse(host.url)
     if not u.hostname:
-        raise ValueError(f"no host in {url!r}")
+        raise ValueError(f"no host in {host.url!r}")
     dest = f"{u.username}@{u.hostname}" if u.username else u.hostname
-    port = ["-p", str(u.port)] if u.port else []
+    opts = ["-p", str(u.port)] if u.port else []
+    if host.ssh_identity_file:
+        opts += ["-i", host.ssh_identity_file, "-o", "IdentitiesOnly=yes"]
+    if host.ssh_known_hosts:
+        opts += ["-o", f"UserKnownHostsFile={host.ssh_known_hosts}",
+                 "-o", "StrictHostKeyChecking=yes"]
+    remote_sock = u.path or "/var/run/docker.sock"
     return ["ssh", "-NT", "-o", "ExitOnForwardFailure=yes", "-o", "BatchMode=yes",
-            "-o", "StreamLocalBindUnlink=yes", *port, "-L", f"{local_sock}:{remote_sock}", dest]
+            "-o", "StreamLocalBindUnlink=yes", *opts, "-L", f"{local_sock}:{remote_sock}", "--",
+            dest]
 
 
-def ssh_tunnel(url: str, wait_s: float = 20.0) -> tuple[str, subprocess.Popen[bytes]]:
+def ssh_tunnel(host: DockerHost, wait_s: float = 20.0) -> tuple[str, subprocess.Popen[bytes]]:
     """Start `ssh_command` and wait for its local socket. The exec sessions of the sandboxes
     need a plain stream, which a forwarded unix socket is (docker-py's own ssh transport is
-    not)."""
+    not). ssh's messages go to `ssh.log` beside the socket (a pipe nobody reads would fill up
+    and stall the tunnel)."""
     if shutil.which("ssh") is None:
-        raise InfraError(f"{url}: the `ssh` client is not installed")
+        raise InfraError(f"{host.url}: the `ssh` client is not installed")
     sock = os.path.join(tempfile.mkdtemp(prefix="swefleet-ssh-"), "docker.sock")
-    proc = subprocess.Popen(ssh_command(url, sock), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    atexit.register(_stop, proc)  # (a no-op once the host closed it)
+    errlog = Path(sock).with_name("ssh.log")
+    with errlog.open("wb") as err:
+        proc = subprocess.Popen(ssh_command(host, sock), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    atexit.register(_stop, proc, sock)  # (a no-op once the host closed it)
     deadline = time.monotonic() + wait_s
     while not os.path.exists(sock):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            err = proc.communicate()[1].decode(errors="replace")[-500:]
-            raise InfraError(f"ssh tunnel to {url} failed: {err.strip() or 'timed out'}")
+            proc.wait()
+            why = errlog.read_text(errors="replace")[-500:].strip()
+            shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
+            raise InfraError(f"ssh tunnel to {host.url} failed: {why or 'timed out'}")
         time.sleep(0.05)
     return sock, proc
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 import socketserver
 import ssl
 import subprocess
@@ -25,6 +26,7 @@ from envs.hosts import (
     recorded_hosts,
     ssh_command,
 )
+from envs.protocol import InfraError
 
 pytestmark = pytest.mark.unit
 
@@ -216,6 +218,8 @@ def test_host_config_is_checked():
     for bad in ({"url": "http://h"}, {"url": "/var/run/docker.sock"},
                 {"url": "unix:///s", "tls_ca_cert": "ca.pem"},
                 {"url": "tcp://h:2376", "tls_client_cert": "c"},
+                {"url": "tcp://h:2376", "ssh_identity_file": "id"},
+                {"url": "unix:///s", "ssh_known_hosts": "kh"},
                 {"url": "unix:///s", "max_sandboxes": 0}, {"url": "unix:///s", "cap": 2}):
         with pytest.raises(ValidationError):
             DockerHost(**bad)
@@ -223,10 +227,31 @@ def test_host_config_is_checked():
 
 
 def test_ssh_hosts_forward_a_local_socket():
-    cmd = ssh_command("ssh://ci@build-3:2222", "/tmp/x/docker.sock")
-    assert cmd[0] == "ssh" and cmd[-1] == "ci@build-3" and cmd[cmd.index("-p") + 1] == "2222"
+    host = DockerHost(url="ssh://ci@build-3:2222", ssh_identity_file="/k/id",
+                      ssh_known_hosts="/k/known")
+    cmd = ssh_command(host, "/tmp/x/docker.sock")
+    assert cmd[0] == "ssh" and cmd[-2:] == ["--", "ci@build-3"]
+    assert cmd[cmd.index("-p") + 1] == "2222" and cmd[cmd.index("-i") + 1] == "/k/id"
     assert cmd[cmd.index("-L") + 1] == "/tmp/x/docker.sock:/var/run/docker.sock"
-    assert "-p" not in ssh_command("ssh://h", "/s")
+    assert "UserKnownHostsFile=/k/known" in cmd and "StrictHostKeyChecking=yes" in cmd
+    plain = ssh_command(DockerHost(url="ssh://h/run/user/1000/docker.sock"), "/s")
+    assert plain[plain.index("-L") + 1] == "/s:/run/user/1000/docker.sock"
+    assert not {"-p", "-i", "StrictHostKeyChecking=yes"} & set(plain)
+
+
+def test_a_failed_ssh_tunnel_says_why_and_leaves_nothing(tmp_path, monkeypatch):
+    if shutil.which("ssh") is None:
+        pytest.skip("the ssh client is not installed")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # (tempfile reads it once: patch its cache)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = Host(DockerHost(url=f"ssh://nobody@127.0.0.1:{port}",
+                           ssh_known_hosts=str(tmp_path / "known_hosts")))
+    with pytest.raises(InfraError, match="ssh tunnel to .* failed: .*refused"):
+        host.client()
+    assert list(tmp_path.iterdir()) == []  # no socket directory, no log left
 
 
 def test_the_run_records_its_hosts_for_cleanup(tmp_path, monkeypatch):
