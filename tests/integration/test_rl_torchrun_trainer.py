@@ -155,7 +155,10 @@ def test_sigkill_of_rl_leaves_no_trainer_rank(tiny, tmp_path):
         return len(_ranks(seen)) == 2
 
     try:
-        seen.update(_watch(proc, ranks_started, 300))
+        # `_watch` saw each pid first, maybe as torchrun's fork before it exec'd the rank:
+        # `ranks_started`'s later look at the same pid wins
+        for pid, cmd in _watch(proc, ranks_started, 300).items():
+            seen.setdefault(pid, cmd)
         assert proc.poll() is None and len(_ranks(seen)) == 2, (proc.poll(), seen)
         _sigkill_leaves_nothing(proc, seen, 60)
     finally:
