@@ -5,11 +5,11 @@ Entry point for the orchestrator: `agents.loop.run_episode`. Seams: `agents.prot
 (Scaffold, ChatTokenizer). No torch, no trainer imports here.
 """
 
-from agents.config import AgentConfig
-from agents.loop import run_episode
-from agents.protocol import Action, ChatTokenizer, FormatError, Observation, Scaffold
-from agents.scripted import ScriptedModel, ScriptedReply
-from agents.tokenizer import Tokenizer
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.loop import run_episode
+from swefleet.agents.protocol import Action, ChatTokenizer, FormatError, Observation, Scaffold
+from swefleet.agents.scripted import ScriptedModel, ScriptedReply
+from swefleet.agents.tokenizer import Tokenizer
 
 __all__ = [
     "Action",

@@ -8,7 +8,7 @@ that special-token text inside content stays text. Structural tokens are inserte
 
 from __future__ import annotations
 
-from agents.protocol import ChatTokenizer
+from swefleet.agents.protocol import ChatTokenizer
 
 
 class ChatML:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.chat import ChatML
-from agents.config import AgentConfig
-from agents.prompts import render, truncate_middle
+from swefleet.agents.chat import ChatML
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.prompts import render, truncate_middle
 from swefleet.types import Turn
 
 

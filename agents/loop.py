@@ -22,13 +22,13 @@ import math
 import time
 from collections.abc import Callable
 
-from agents.chat import ChatML
-from agents.config import AgentConfig
-from agents.context import compacted_prompt
-from agents.protocol import Action, ChatTokenizer, FormatError, Observation
-from agents.scaffolds import make_scaffold
-from envs.protocol import DiskBudgetExceeded, RepositoryBroken, Sandbox
-from inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
+from swefleet.agents.chat import ChatML
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.context import compacted_prompt
+from swefleet.agents.protocol import Action, ChatTokenizer, FormatError, Observation
+from swefleet.agents.scaffolds import make_scaffold
+from swefleet.envs.protocol import DiskBudgetExceeded, RepositoryBroken, Sandbox
+from swefleet.inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
 from swefleet import routed_experts
 from swefleet.types import NON_SCORABLE, EpisodeStatus, Task, Trajectory, Turn
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from envs.protocol import Sandbox
+from swefleet.envs.protocol import Sandbox
 from swefleet.types import Task
 
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.protocol import ChatTokenizer
-from inference.protocol import Completion
+from swefleet.agents.protocol import ChatTokenizer
+from swefleet.inference.protocol import Completion
 
 
 class ScriptedReply(BaseModel):

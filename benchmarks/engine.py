@@ -109,7 +109,7 @@ def run_hf(model, prompts, gen: int, device: str) -> float:
 
 
 def run_engine(engine, prompts, gen: int) -> tuple[float, int]:
-    from inference.engine.core import GenerationResult, SamplingParams
+    from swefleet.inference.engine.core import GenerationResult, SamplingParams
 
     results: list = [None] * len(prompts)
     done = [threading.Event() for _ in prompts]
@@ -147,7 +147,7 @@ def replay_ms(decoder, reps: int = 50) -> float:
 
 
 def bench_engine(model, prompts, gen: int, mode: str, graphs: bool) -> dict:
-    from inference.engine.core import Engine
+    from swefleet.inference.engine.core import Engine
 
     engine = Engine(
         model,
@@ -203,7 +203,7 @@ def generate_all(engine, prompts: list[list[int]], params: list) -> list:
 def run_turns(engine, firsts: list[list[int]], users, gen: int) -> tuple[list, list, int]:
     """All conversations' turns in lockstep; returns wall s per turn, the last prompts, prompt
     tokens."""
-    from inference.engine.core import SamplingParams
+    from swefleet.inference.engine.core import SamplingParams
 
     prompts, outputs, prompt_tokens, turn_s = [list(p) for p in firsts], [], 0, []
     for turn, extra in enumerate(users):
@@ -223,7 +223,7 @@ def run_turns(engine, firsts: list[list[int]], users, gen: int) -> tuple[list, l
 def bench_multi_turn(model, preset: str, graphs: bool, kv_mode: str = "static") -> dict:
     import torch
 
-    from inference.engine.core import Engine
+    from swefleet.inference.engine.core import Engine
 
     n, first, user, gen, turns = (MULTI_TURN_DYNAMIC if kv_mode == "dynamic" else MULTI_TURN)[
         preset

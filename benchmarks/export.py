@@ -72,7 +72,7 @@ def run_mode(mode: str, policy, root: Path, versions: int, step_s: float, device
     import torch
 
     from swefleet.rundir import DURABLE_MARKER, is_durable
-    from trainer.export import Exporter
+    from swefleet.trainer.export import Exporter
 
     exporter = Exporter("inline", pinned=False) if mode == "old" else Exporter("background")
     weights = root / mode
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     import torch
 
-    from trainer.titan import load_policy
+    from swefleet.trainer.titan import load_policy
 
     model = a.model or make_model(a.preset, ROOT / ".cache" / "bench-models" / a.preset)
     policy = load_policy(model, torch.device(a.device), "sdpa")

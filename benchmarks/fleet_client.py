@@ -37,9 +37,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient, request_body
-from inference.launch import start_scripted_server
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient, request_body
+from swefleet.inference.launch import start_scripted_server
 
 PROMPT = list(range(100, 612))  # 512 prompt tokens
 MAX_TOKENS = 16

@@ -36,8 +36,8 @@ def serve_child(kind: str, port_file: str) -> None:
     """In the subprocess: the scripted app on the `kind` socket until killed."""
     import uvicorn
 
-    from inference.scripted_server import create_app
-    from inference.serving import bind_socket, write_atomic
+    from swefleet.inference.scripted_server import create_app
+    from swefleet.inference.serving import bind_socket, write_atomic
 
     if kind == "swefleet":
         sock = bind_socket("127.0.0.1", 0)
@@ -66,8 +66,8 @@ def start(kind: str, work: Path) -> tuple[subprocess.Popen, str]:
 
 async def turns(url: str, a: argparse.Namespace) -> list[float]:
     """Seconds per request, one in flight at a time (after warm-up)."""
-    from inference.config import InferenceConfig
-    from inference.fleet import FleetClient
+    from swefleet.inference.config import InferenceConfig
+    from swefleet.inference.fleet import FleetClient
 
     prompt = [(i * 31) % 30000 + 10 for i in range(a.prompt_len)]
     out = []

@@ -134,7 +134,7 @@ def _device_facts(device: str) -> dict:
 
     if device != "cuda":
         return {"device_name": "cpu"}
-    from trainer.flops import peak_flops
+    from swefleet.trainer.flops import peak_flops
 
     name = torch.cuda.get_device_name()
     peak = peak_flops(name)
@@ -148,10 +148,10 @@ def worker_trainer(spec: dict) -> dict:
 
     from benchmarks.trainer import time_steps
     from swefleet.batch import read_batch
-    from trainer.config import TrainerConfig
-    from trainer.export import export_hf
-    from trainer.main import build_trainer, resolve_runtime
-    from trainer.step import train_step
+    from swefleet.trainer.config import TrainerConfig
+    from swefleet.trainer.export import export_hf
+    from swefleet.trainer.main import build_trainer, resolve_runtime
+    from swefleet.trainer.step import train_step
 
     cuda = spec["device"] == "cuda"
     if not (Path(spec["ckpt"]) / "config.json").exists():
@@ -189,8 +189,8 @@ def worker_trainer(spec: dict) -> dict:
 def _engine_kv(loaded, spec: dict, weight_bytes: int):
     """An engine with a static KV cache sized as the server sizes it: on CUDA by its own budget
     rule (`auto_capacity`); on CPU (no memory figure) by that rule on the nominal memory."""
-    from inference.engine.core import Engine
-    from inference.engine.static import bytes_per_token
+    from swefleet.inference.engine.core import Engine
+    from swefleet.inference.engine.static import bytes_per_token
 
     kv_capacity = 0
     if spec["device"] != "cuda":
@@ -206,8 +206,8 @@ def worker_engine(spec: dict) -> dict:
     """Weights and static KV cache of the embedded engine; then the reload of new weights."""
     import torch
 
-    from inference.engine.model import load_model
-    from inference.engine.weights import apply_weights, read_weights
+    from swefleet.inference.engine.model import load_model
+    from swefleet.inference.engine.weights import apply_weights, read_weights
 
     cuda = spec["device"] == "cuda"
     loaded = load_model(spec["ckpt"], device=spec["device"])
@@ -460,7 +460,7 @@ def compare(args, measured: dict) -> dict:
 def _flops_check(args, plan: dict) -> dict:
     """The planner's FLOPs a step next to `trainer.flops.step_flops` (the trainer's MFU count)."""
     from swefleet.tinymodel import PRESETS
-    from trainer.flops import step_flops
+    from swefleet.trainer.flops import step_flops
 
     tr = plan["trainer"]
     return {"planner_flops": tr["flops_matmul"] + tr["flops_attention"],

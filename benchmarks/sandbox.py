@@ -35,9 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envs.config import FarmConfig, SandboxLimits
-from envs.farm import DockerFarm
-from envs.images import DEFAULT_BASE_IMAGE
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.farm import DockerFarm
+from swefleet.envs.images import DEFAULT_BASE_IMAGE
 from swefleet.types import Task
 
 LIMITS = SandboxLimits(memory_mb=256, pids_limit=128, cpus=1.0, lifetime_s=1800)

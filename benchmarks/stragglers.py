@@ -36,13 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_server
-from inference.protocol import RequestCancelled
-from orchestrator.config import OrchestratorConfig
-from orchestrator.loop import RLLoop
-from orchestrator.metrics import percentile
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_server
+from swefleet.inference.protocol import RequestCancelled
+from swefleet.orchestrator.config import OrchestratorConfig
+from swefleet.orchestrator.loop import RLLoop
+from swefleet.orchestrator.metrics import percentile
 from swefleet.rundir import RunDir, read_jsonl
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
@@ -106,7 +106,7 @@ def cfg_grace(async_level: int) -> float | None:
 
 
 async def run_mode(name: str, args, p_hang: float, async_level: int, root: Path) -> list[float]:
-    server = start_server([sys.executable, "-m", "inference.scripted_server", "--port", "0",
+    server = start_server([sys.executable, "-m", "swefleet.inference.scripted_server", "--port", "0",
                            "--hang-token", str(HANG_TOKEN)], log_path=root / f"{name}.log")
     fleet = FleetClient([server.url], InferenceConfig(request_timeout_s=args.deadline_s, connect_timeout_s=1.0))
     run_dir = RunDir(root / name)

@@ -137,7 +137,7 @@ def parse_variant(text: str) -> dict:
 
 
 def _trainer_config(device: str, spec: dict, total_tokens: int):
-    from trainer.config import TrainerConfig
+    from swefleet.trainer.config import TrainerConfig
 
     cuda = device == "cuda"
     return TrainerConfig(
@@ -160,7 +160,7 @@ def _trainer_config(device: str, spec: dict, total_tokens: int):
 def _build_ours(ckpt: Path, device: str, spec: dict, total_tokens: int):
     """(policy, optimizer, cfg) of an `ours` variant, built as `trainer.main` builds it (under
     torchrun: sharded over WORLD_SIZE ranks)."""
-    from trainer.main import build_trainer
+    from swefleet.trainer.main import build_trainer
 
     cfg = _trainer_config(device, spec, total_tokens)
     if spec.get("autotune") == "1":  # inductor benchmarks GEMM templates (cuBLAS vs Triton)
@@ -174,7 +174,7 @@ def _build_ours(ckpt: Path, device: str, spec: dict, total_tokens: int):
 
 
 def _ours(ckpt: Path, arrays: dict, device: str, spec: dict):
-    from trainer.step import train_step
+    from swefleet.trainer.step import train_step
 
     policy, optimizer, cfg = _build_ours(ckpt, device, spec, len(arrays["tokens"]))
     return lambda: train_step(policy, optimizer, arrays, cfg)["loss"]
@@ -184,7 +184,7 @@ def _hf(ckpt: Path, arrays: dict, device: str, spec: dict):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainer.losses import policy_loss
+    from swefleet.trainer.losses import policy_loss
 
     cfg = _trainer_config(device, spec, len(arrays["tokens"]))
     model = AutoModelForCausalLM.from_pretrained(
@@ -288,7 +288,7 @@ def run_variant(ckpt: Path, batch_file: Path, device: str, spec: dict, warmup: i
 
 
 def _loss_of_step(policy, optimizer, arrays, cfg) -> float:
-    from trainer.step import train_step
+    from swefleet.trainer.step import train_step
 
     return train_step(policy, optimizer, arrays, cfg)["loss"]
 
@@ -358,7 +358,7 @@ def _run_isolated(args, ckpt: Path, batch_file: Path, device: str, spec: dict, l
 
 def summarise(results: list[dict], hf: dict, seq_len: int, device_name: str) -> None:
     """Add tokens/s, MFU (ours and torchtitan's convention) to each successful result."""
-    from trainer.flops import peak_flops, step_flops, titan_step_flops
+    from swefleet.trainer.flops import peak_flops, step_flops, titan_step_flops
 
     peak = peak_flops(device_name)
     for r in results:
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         run_long(args.ckpt, files, args.device, parse_variant(args.long_variant), args)
         return 0
     if args.worker:  # one variant in this process (the parent isolates variants this way)
-        from trainer.main import init_distributed
+        from swefleet.trainer.main import init_distributed
 
         rank, world = init_distributed(args.device)
         result = run_variant(

@@ -128,7 +128,7 @@ async def timed_plain(url: str, cfg, batch: list[list[int]], gen: int) -> dict:
     import aiohttp
     import orjson
 
-    from inference.fleet import request_body
+    from swefleet.inference.fleet import request_body
 
     async with aiohttp.ClientSession() as http:
         async def one(p: list[int]) -> int:
@@ -161,7 +161,7 @@ def parse_variant(spec: str) -> Variant:
 
 async def served(a: argparse.Namespace, urls: list[str], cfg, plain: bool) -> dict:
     """Warm-up, then `repeats` alternating timed runs of the fleet (and plain HTTP); best of each."""
-    from inference.fleet import FleetClient
+    from swefleet.inference.fleet import FleetClient
 
     async with FleetClient(urls, cfg) as fleet:
         await asyncio.gather(*(fleet.generate(p, max_tokens=a.gen_len) for p in prompts(a, 1)))
@@ -180,24 +180,24 @@ def _tok_s(run: dict) -> float:
 
 def client_config(v: Variant, **kw):
     """The fleet client's config for variant `v` (streamed or not)."""
-    from inference.config import InferenceConfig
+    from swefleet.inference.config import InferenceConfig
 
     return InferenceConfig(**kw, stream=bool(v.stream_interval))
 
 
 async def run_variant(a: argparse.Namespace, work: Path, v: Variant) -> dict:
-    from inference.config import ServerSpec
+    from swefleet.inference.config import ServerSpec
 
     if a.server_kind == "scripted":
-        from inference.launch import start_scripted_server
+        from swefleet.inference.launch import start_scripted_server
 
         t0 = time.perf_counter()
         with start_scripted_server(log_path=work / f"server-{v.name}.log") as server:
             startup_s = time.perf_counter() - t0
             cfg = client_config(v)
             return {"startup_s": startup_s, **await served(a, [server.url], cfg, True)}
-    from inference.fleet_launch import ServerFleet
-    from inference.vllm_launch import VLLMLaunch
+    from swefleet.inference.fleet_launch import ServerFleet
+    from swefleet.inference.vllm_launch import VLLMLaunch
 
     vllm_cli = work / "vllm"  # `vllm` of this interpreter, wherever PYTHONPATH put vLLM
     vllm_cli.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m vllm.entrypoints.cli.main "$@"\n')

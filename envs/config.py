@@ -180,7 +180,7 @@ class BwrapConfig(BaseModel):
     """Per-sandbox writable copies (workdir, home). Empty: `<tmp>/swefleet-bwrap/sandboxes`."""
     bwrap_path: str = ""
     """The bubblewrap executable. Empty: `bwrap` on `PATH`. E.g. the binary a rootfs bundle
-    carries (`python -m envs.bwrap.bundle import` puts it at `<cache_dir>/bin/bwrap`); every
+    carries (`python -m swefleet.envs.bwrap.bundle import` puts it at `<cache_dir>/bin/bwrap`); every
     directory above it must be world-traversable."""
     host_uid_base: int = Field(200000, ge=1000)
     """When swefleet runs as root, each sandbox runs as its own unprivileged host uid from

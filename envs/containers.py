@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any
 
-from envs.config import SandboxLimits
+from swefleet.envs.config import SandboxLimits
 
 LABEL_RUN = "swefleet.run"
 LABEL_OWNER = "swefleet.owner"

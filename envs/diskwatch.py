@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from envs import containers
+from swefleet.envs import containers
 
 if TYPE_CHECKING:
-    from envs.sandbox import DockerSandbox
+    from swefleet.envs.sandbox import DockerSandbox
 
 log = logging.getLogger(__name__)
 

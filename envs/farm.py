@@ -30,13 +30,13 @@ from typing import Any, Self
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from envs import reaper
-from envs.config import FarmConfig, SandboxLimits
-from envs.diskwatch import DiskWatchdog
-from envs.hosts import Host, HostSet, engine_fault, record_run
-from envs.pool import PoolKey, WarmPool
-from envs.protocol import InfraError
-from envs.sandbox import DockerError, DockerSandbox, ImageMissing
+from swefleet.envs import reaper
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.diskwatch import DiskWatchdog
+from swefleet.envs.hosts import Host, HostSet, engine_fault, record_run
+from swefleet.envs.pool import PoolKey, WarmPool
+from swefleet.envs.protocol import InfraError
+from swefleet.envs.sandbox import DockerError, DockerSandbox, ImageMissing
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)
@@ -281,7 +281,7 @@ class DockerFarm(FarmLifetime):
         key = f"{task.source_dir}\0{patch_file}"
         async with self._image_lock:
             if key not in self._images:
-                from envs.images import DEFAULT_BASE_IMAGE, ensure_task_image
+                from swefleet.envs.images import DEFAULT_BASE_IMAGE, ensure_task_image
 
                 patch = Path(patch_file).read_bytes() if patch_file else b""
                 self._images[key] = await asyncio.to_thread(

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from envs.patchfiles import split_patch
+from swefleet.envs.patchfiles import split_patch
 from swefleet.types import GradeResult, GradeStatus, Task
 
 # SWE-bench's log markers (swebench.harness.constants), repeated here so that reading a log does

@@ -39,9 +39,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from envs.config import GradingConfig
-from envs.containers import sandbox_labels
-from envs.gradelog import (
+from swefleet.envs.config import GradingConfig
+from swefleet.envs.containers import sandbox_labels
+from swefleet.envs.gradelog import (
     APPLY_PATCH_FAIL,
     APPLY_PATCH_PASS,
     END_TEST_OUTPUT,
@@ -58,9 +58,9 @@ from envs.gradelog import (
     regrade_from_log,
     test_files_of,
 )
-from envs.hosts import HostSet, connect, engine_fault
-from envs.protect import drop_protected, matches, pytest_section
-from envs.protocol import Grader, InfraError
+from swefleet.envs.hosts import HostSet, connect, engine_fault
+from swefleet.envs.protect import drop_protected, matches, pytest_section
+from swefleet.envs.protocol import Grader, InfraError
 from swefleet.types import GradeResult, GradeStatus, Task
 
 log = logging.getLogger(__name__)

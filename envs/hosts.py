@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from envs.config import DockerHost, FarmConfig
-from envs.protocol import InfraError
+from swefleet.envs.config import DockerHost, FarmConfig
+from swefleet.envs.protocol import InfraError
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class HostSet:
         """Make sure `host` holds `tag` (blocking, once per host and tag): present, or copied
         from another healthy host or the local engine that has it (`envs.images.transfer_image`).
         Returns "present" or "from <name>"; `LookupError` when no engine has it."""
-        from envs.images import has_image, transfer_image
+        from swefleet.envs.images import has_image, transfer_image
 
         key = (host.name, tag)
         with self._lock:
@@ -293,7 +293,7 @@ def connect(config: DockerHost | None, timeout_s: float = 120.0,
     local engine. The sandboxes' shell sessions need a plain stream from the engine, so ssh and
     TLS hosts are reached through a local unix socket (`ssh_tunnel`, `TlsRelay`)."""
     import docker
-    from envs.containers import docker_client
+    from swefleet.envs.containers import docker_client
 
     if config is None:
         return docker_client(timeout_s, max_pool_size=max_pool_size), None
@@ -405,7 +405,7 @@ def _tls_context(config: DockerHost) -> ssl.SSLContext:
 
 def _local_engine() -> Any:
     """The local engine's client when one answers, else None (a node without Docker)."""
-    from envs.containers import docker_client
+    from swefleet.envs.containers import docker_client
 
     try:
         client = docker_client(timeout_s=120)

@@ -9,10 +9,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from envs.config import SandboxLimits
+from swefleet.envs.config import SandboxLimits
 
 if TYPE_CHECKING:
-    from envs.sandbox import DockerSandbox
+    from swefleet.envs.sandbox import DockerSandbox
 
 log = logging.getLogger(__name__)
 

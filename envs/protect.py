@@ -15,7 +15,7 @@ import posixpath
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-from envs.patchfiles import split_patch
+from swefleet.envs.patchfiles import split_patch
 
 #: Sections of an ini-style file that pytest reads (`[pytest]`; `[tool:pytest]` in setup.cfg).
 _INI_SECTIONS = ("pytest", "tool:pytest")

@@ -13,8 +13,8 @@ import socket
 import time
 from typing import Any
 
-from envs import containers as c
-from envs.hosts import Host, recorded_hosts
+from swefleet.envs import containers as c
+from swefleet.envs.hosts import Host, recorded_hosts
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Self
 
-from envs import containers
-from envs.config import FarmConfig, SandboxLimits
-from envs.protocol import CommandResult, DiskBudgetExceeded, InfraError, RepositoryBroken
-from envs.session import SessionDied, ShellSession
+from swefleet.envs import containers
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.protocol import CommandResult, DiskBudgetExceeded, InfraError, RepositoryBroken
+from swefleet.envs.session import SessionDied, ShellSession
 
 log = logging.getLogger(__name__)
 

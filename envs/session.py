@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from envs import shell
-from envs.protocol import CommandResult
+from swefleet.envs import shell
+from swefleet.envs.protocol import CommandResult
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from envs.images import DEFAULT_BASE_IMAGE, ensure_task_image
+from swefleet.envs.images import DEFAULT_BASE_IMAGE, ensure_task_image
 from swefleet.types import Task
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -189,7 +189,7 @@ def _check_semantics(task: Task, where: str) -> None:
         )
     _check_sandbox_override(task, where)
     _check_text(task, where)
-    from envs.gradelog import get_log_parser
+    from swefleet.envs.gradelog import get_log_parser
 
     try:
         get_log_parser(task.log_parser)
@@ -217,7 +217,7 @@ def _check_text(task: Task, where: str) -> None:
 def _check_sandbox_override(task: Task, where: str) -> None:
     """The optional `sandbox` field must be an object of valid `SandboxLimits` fields (checked
     here, not when a sandbox is first made for the task in the middle of a run)."""
-    from envs.config import TASK_LIMITS_FIELD, SandboxLimits
+    from swefleet.envs.config import TASK_LIMITS_FIELD, SandboxLimits
 
     override = (task.model_extra or {}).get(TASK_LIMITS_FIELD)
     if override is None:
@@ -297,7 +297,7 @@ def _task_image(
     """The task's image, built from its recipe or from its source dir (+ source patch; one
     image per distinct source, kept in `built`)."""
     if not task.source_dir and recipe_of(task):
-        from envs.synth.build import ensure_recipe_task_image
+        from swefleet.envs.synth.build import ensure_recipe_task_image
 
         return ensure_recipe_task_image(task, tasks_file, base_image)
     source = resolve_source_dir(task, tasks_file)

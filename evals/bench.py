@@ -55,7 +55,7 @@ def run_subprocess(cmd: list[str], log_path: Path) -> int:
 def run_bench(config: Path, steps: int, runs: int, out: Path, sets: list[str],
               run_one: RunOne | None = None) -> None:
     """Run the R runs that are not complete yet, one after another."""
-    from evals.bench_data import load_run
+    from swefleet.evals.bench_data import load_run
 
     if steps < 2 or runs < 1:
         raise ValueError(f"bench needs --steps >= 2 (step 0 is always warm-up) and --runs >= 1, "
@@ -111,15 +111,15 @@ def write_bench_outputs(root: Path, plots: bool = True) -> dict:
     """Recompute the report from `root`'s run directories; write bench.json, bench.md, PNGs."""
     import json
 
-    from evals.bench_markdown import bench_markdown
-    from evals.bench_report import bench_report_from_dir
+    from swefleet.evals.bench_markdown import bench_markdown
+    from swefleet.evals.bench_report import bench_report_from_dir
 
     env_path = root / "bench_env.json"
     env = json.loads(env_path.read_text()) if env_path.exists() else None
     report = bench_report_from_dir(root, env)
     names: list[str] = []
     if plots:
-        from evals.plots import write_bench_plots
+        from swefleet.evals.plots import write_bench_plots
 
         names = write_bench_plots(report, root)
     write_json_atomic(root / "bench.json", report)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from evals.bench_data import PHASES, RunData, find_run_dirs, load_run
-from evals.steptime import coef_var, detect_warmup, median, summarize, warmup_threshold
+from swefleet.evals.bench_data import PHASES, RunData, find_run_dirs, load_run
+from swefleet.evals.steptime import coef_var, detect_warmup, median, summarize, warmup_threshold
 from swefleet.types import NON_SCORABLE
 
 SCHEMA = "swefleet.bench/1"

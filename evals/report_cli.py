@@ -11,7 +11,7 @@ from swefleet.rundir import read_jsonl, write_json_atomic
 
 
 def report_bench_cli(args: argparse.Namespace) -> int:
-    from evals.bench import write_bench_outputs
+    from swefleet.evals.bench import write_bench_outputs
 
     root = Path(args.dir)
     write_bench_outputs(root, plots=not args.no_plots)
@@ -21,7 +21,7 @@ def report_bench_cli(args: argparse.Namespace) -> int:
 
 def report_eval_cli(args: argparse.Namespace) -> int:
     """Recompute `report.json`/`report.md` (and the success-by-task plot) from episodes.jsonl."""
-    from evals.report import build_report, report_markdown
+    from swefleet.evals.report import build_report, report_markdown
 
     root = Path(args.dir)
     records = read_jsonl(root / "episodes.jsonl")
@@ -37,7 +37,7 @@ def report_eval_cli(args: argparse.Namespace) -> int:
     write_json_atomic(root / "report.json", report)
     md = report_markdown(report)
     if not args.no_plots:
-        from evals.plots import write_eval_plots
+        from swefleet.evals.plots import write_eval_plots
 
         md += "".join(f"\n![{name}]({name})\n" for name in write_eval_plots(report, root))
     (root / "report.md").write_text(md)
@@ -46,7 +46,7 @@ def report_eval_cli(args: argparse.Namespace) -> int:
 
 
 def report_compare_cli(args: argparse.Namespace) -> int:
-    from evals.compare import compare_markdown, compare_reports
+    from swefleet.evals.compare import compare_markdown, compare_reports
 
     a, b = (json.loads(Path(p).read_text()) for p in (args.a, args.b))
     result = compare_reports(a, b, n_boot=args.n_boot, seed=args.seed)

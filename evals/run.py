@@ -19,8 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
-from evals.report import build_report, report_markdown
-from evals.served import check_served_model
+from swefleet.evals.report import build_report, report_markdown
+from swefleet.evals.served import check_served_model
 from swefleet.rundir import append_jsonl, read_jsonl, write_json_atomic
 from swefleet.types import EpisodeStatus, GradeStatus, Task, Trajectory
 
@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def run_eval_cli(args: argparse.Namespace) -> int:
-    from envs.reaper import remove_run_containers
-    from orchestrator.run import prepare_tasks
+    from swefleet.envs.reaper import remove_run_containers
+    from swefleet.orchestrator.run import prepare_tasks
     from swefleet.config import load_config
 
     cfg = load_config(args.config, args.set, servers=args.server)  # no --config: defaults
@@ -45,8 +45,8 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     (out / "config.json").write_text(cfg.model_dump_json(indent=2))  # what this eval ran with
     run_id = f"eval-{uuid.uuid4().hex[:8]}"
     try:
-        from envs.containers import docker_client
-        from envs.reaper import reap_dead_runs
+        from swefleet.envs.containers import docker_client
+        from swefleet.envs.reaper import reap_dead_runs
 
         if cfg.envs.backend == "docker" and not cfg.envs.hosts:  # (bwrap boxes die with
             reap_dead_runs(docker_client())  # their process; a farm over hosts reaps each)
@@ -71,7 +71,7 @@ def run_eval_cli(args: argparse.Namespace) -> int:
 
 
 async def _eval(cfg, args, tasks: list[Task], out: Path, run_id: str) -> None:
-    from envs.backends import make_grader
+    from swefleet.envs.backends import make_grader
 
     episodes = out / "episodes.jsonl"
     done = {(r["task_id"], r["attempt"]) for r in read_jsonl(episodes)}
@@ -118,7 +118,7 @@ def cost_fields(report: dict, orch) -> dict:
 
 def write_swebench_outputs(records: list[dict], out: Path, model_name: str) -> None:
     """SWE-bench predictions JSONL and run report for the first attempt of each task."""
-    from envs.swebench_io import write_swebench_report
+    from swefleet.envs.swebench_io import write_swebench_report
     from swefleet.types import GradeResult
 
     first = sorted((r for r in records if r["attempt"] == 0), key=lambda r: r["task_id"])
@@ -179,8 +179,8 @@ class _AgentPolicy:
         self.agent = None  # cfg.agent fitted to the servers' window at the first episode
 
     async def __call__(self, task: Task, grader) -> Trajectory:
-        from agents.config import fit_context_budget
-        from orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
+        from swefleet.agents.config import fit_context_budget
+        from swefleet.orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
 
         if self.agent is None:
             self.agent = fit_context_budget(self.cfg.agent, await self.fleet.max_model_len())
@@ -202,7 +202,7 @@ class _AgentPolicy:
 
 def load_predictions_for(args: argparse.Namespace) -> dict:
     """The predictions file of `--agent predictions`, keyed by instance id."""
-    from envs.swebench_io import read_predictions
+    from swefleet.envs.swebench_io import read_predictions
 
     if not args.predictions:
         raise SystemExit("--agent predictions needs --predictions FILE (SWE-bench JSONL/JSON)")
@@ -227,8 +227,8 @@ async def _policy(cfg, args, run_id: str):
         return _PatchPolicy("predictions", load_predictions_for(args))
     from contextlib import AsyncExitStack
 
-    from agents.tokenizer import Tokenizer
-    from envs.backends import make_farm
+    from swefleet.agents.tokenizer import Tokenizer
+    from swefleet.envs.backends import make_farm
     from swefleet.servers import open_fleet
 
     if not args.model:

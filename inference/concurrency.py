@@ -25,7 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from inference.config import ConcurrencyConfig
+from swefleet.inference.config import ConcurrencyConfig
 
 KV_USAGE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 #: vLLM 0.26 `vllm/v1/metrics/loggers.py` counters (tokens), exposed by prometheus_client with

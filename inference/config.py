@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from inference.vllm_launch import VLLMLaunch
+from swefleet.inference.vllm_launch import VLLMLaunch
 
 #: embedded-engine settings a vLLM server does not read (its own are under `inference.vllm`)
 ENGINE_ONLY = {

@@ -66,20 +66,20 @@ from tenacity import (
     wait_exponential,
 )
 
-from inference.concurrency import (
+from swefleet.inference.concurrency import (
     AIMDController,
     kv_usage_of,
     parse_samples,
     prefix_cache_of,
 )
-from inference.config import InferenceConfig
-from inference.disagg import decode_body, prefill_body, transfer_params
-from inference.protocol import CancelReason, Completion, RequestCancelled
-from inference.routing import PrefixCacheStats, Router, ServerState, percentile
-from inference.streaming import StreamAssembler, StreamError
-from inference.transport import ConnectFailed, ConnectionLost, Response, Transport
-from inference.weight_sync import BroadcastSync, WeightSyncError
-from inference.wire import CompletionResponse, HealthResponse, UpdateWeightsResponse
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.disagg import decode_body, prefill_body, transfer_params
+from swefleet.inference.protocol import CancelReason, Completion, RequestCancelled
+from swefleet.inference.routing import PrefixCacheStats, Router, ServerState, percentile
+from swefleet.inference.streaming import StreamAssembler, StreamError
+from swefleet.inference.transport import ConnectFailed, ConnectionLost, Response, Transport
+from swefleet.inference.weight_sync import BroadcastSync, WeightSyncError
+from swefleet.inference.wire import CompletionResponse, HealthResponse, UpdateWeightsResponse
 from swefleet.weight_transfer import TransferGroup, is_marker, read_marker
 
 #: transport failures after which the request is retried (the server never answered it)

@@ -26,7 +26,7 @@ from typing import Self
 
 import httpx
 
-from inference.config import InferenceConfig
+from swefleet.inference.config import InferenceConfig
 from swefleet.procs import die_with_parent
 
 
@@ -213,11 +213,11 @@ def embedded_argv(
     prefix_cache_mb: float = 1024.0,
     gpu_memory_fraction: float | None = None,
 ) -> list[str]:
-    """The `python -m inference.engine.server` command (without `--port-file`)."""
+    """The `python -m swefleet.inference.engine.server` command (without `--port-file`)."""
     return [
         sys.executable,
         "-m",
-        "inference.engine.server",
+        "swefleet.inference.engine.server",
         "--model",
         str(model_dir),
         "--host",
@@ -257,7 +257,7 @@ def start_embedded_server(
     startup_timeout_s: float = 300.0,
     **engine: object,
 ) -> ServerHandle:
-    """Start `python -m inference.engine.server` on `model_dir` and wait until it is healthy;
+    """Start `python -m swefleet.inference.engine.server` on `model_dir` and wait until it is healthy;
     it serves `served_model_name` (empty: the directory's name) and 404s any other `model`.
     `engine`: the keyword settings of `embedded_argv`."""
     argv = embedded_argv(model_dir, port, device, **engine)  # type: ignore[arg-type]
@@ -324,7 +324,7 @@ def start_scripted_server(
     argv = [
         sys.executable,
         "-m",
-        "inference.scripted_server",
+        "swefleet.inference.scripted_server",
         "--port",
         "0",
         "--delay-s",

@@ -14,7 +14,7 @@ import math
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
-from inference.idle import IdleClock
+from swefleet.inference.idle import IdleClock
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,6 +1,6 @@
 """A deterministic OpenAI-compatible server with no model, for fleet tests and benchmarks.
 
-    python -m inference.scripted_server --port 0 --port-file F [--delay-s 0] [--policy-version 0]
+    python -m swefleet.inference.scripted_server --port 0 --port-file F [--delay-s 0] [--policy-version 0]
 
 It speaks the same wire schemas as the embedded engine (`inference/wire.py`): completion token
 `i` is `(last prompt id + i + 1) % vocab_size` with logprob -0.5, finish_reason `length` (or
@@ -53,8 +53,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
 
-from inference.serving import serve
-from inference.wire import (
+from swefleet.inference.serving import serve
+from swefleet.inference.wire import (
     CompletionChoice,
     CompletionLogProbs,
     CompletionRequest,
@@ -449,7 +449,7 @@ def create_app(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m inference.scripted_server")
+    p = argparse.ArgumentParser(prog="python -m swefleet.inference.scripted_server")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file", default="")

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from inference.wire import CompletionChoice, CompletionLogProbs, CompletionResponse, Usage
+from swefleet.inference.wire import CompletionChoice, CompletionLogProbs, CompletionResponse, Usage
 
 _TOP_LEVEL = ("policy_version", "policy_version_final", "abort_reason", "kv_transfer_params")
 

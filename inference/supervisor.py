@@ -40,9 +40,9 @@ from typing import TypeVar
 
 import httpx
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient, WeightUpdateError
-from inference.fleet_launch import ServerFleet
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient, WeightUpdateError
+from swefleet.inference.fleet_launch import ServerFleet
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -50,8 +50,8 @@ def started_engine(model_dir: str | Path, kv_mode: str, prefix_cache: bool = Tru
     max_model_len 1024, max_batch_size 4 unless given); the caller shuts it down."""
     import torch
 
-    from inference.engine.core import Engine
-    from inference.engine.model import load_model
+    from swefleet.inference.engine.core import Engine
+    from swefleet.inference.engine.model import load_model
 
     torch.set_num_threads(1)
     loaded = load_model(model_dir)

@@ -28,7 +28,7 @@ Mapping of the features (0.26.0 names):
 - `--max-model-len` (default 131072; beyond the model's native window set `yarn_factor`, which
   becomes `--hf-overrides {"rope_parameters": {...yarn...}}`);
 - router replay: `--enable-return-routed-experts` (choices carry `routed_experts`);
-- weights: `--worker-extension-cls inference.vllm_worker.SwefleetWorkerExtension` and
+- weights: `--worker-extension-cls swefleet.inference.vllm_worker.SwefleetWorkerExtension` and
   `VLLM_SERVER_DEV_MODE=1`, which mounts vLLM's own `/collective_rpc`, `/pause`, `/resume`;
   the fleet client calls `update_weights_from_path(path, version)` through `/collective_rpc`;
   `--weight-transfer-config {"backend":"nccl"}` builds vLLM's NCCL weight-transfer engine on every
@@ -51,7 +51,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 VLLM_VERSION = "0.26.0"
-WORKER_EXTENSION = "inference.vllm_worker.SwefleetWorkerExtension"
+WORKER_EXTENSION = "swefleet.inference.vllm_worker.SwefleetWorkerExtension"
 #: `--weight-transfer-config` of every profile: vLLM's NCCL weight-transfer engine
 WEIGHT_TRANSFER_CONFIG = {"backend": "nccl"}
 #: environment every profile needs: the dev routes (/collective_rpc, /pause, /resume)

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.advantages import batch_samples
-from orchestrator.config import OrchestratorConfig
-from orchestrator.metrics import cost_metrics, rollout_metrics, rollouts_dropped
-from orchestrator.resume import ResumePoint
-from orchestrator.retention import prune_weights
-from orchestrator.rollout import RolloutFn, RolloutHandle
+from swefleet.orchestrator.advantages import batch_samples
+from swefleet.orchestrator.config import OrchestratorConfig
+from swefleet.orchestrator.metrics import cost_metrics, rollout_metrics, rollouts_dropped
+from swefleet.orchestrator.resume import ResumePoint
+from swefleet.orchestrator.retention import prune_weights
+from swefleet.orchestrator.rollout import RolloutFn, RolloutHandle
 from swefleet.batch import pack_samples, write_batch
 from swefleet.filewatch import FileWatch
 from swefleet.rundir import RunDir, append_jsonl

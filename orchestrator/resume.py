@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from orchestrator.advantages import is_scored
-from orchestrator.metrics import rollouts_dropped
+from swefleet.orchestrator.advantages import is_scored
+from swefleet.orchestrator.metrics import rollouts_dropped
 from swefleet.batch import read_batch
 from swefleet.rundir import RunDir, read_jsonl, version_dirs
 from swefleet.types import Trajectory

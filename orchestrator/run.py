@@ -34,8 +34,8 @@ def run_rl(cfg: RunConfig) -> int:
                       cfg.model_dump(mode="json"))
     run_id = f"{cfg.name}-{uuid.uuid4().hex[:8]}"
     log.info("run %s -> %s", run_id, run_dir.root)
-    from inference.supervisor import NoServersLeft
-    from orchestrator.loop import RunAborted
+    from swefleet.inference.supervisor import NoServersLeft
+    from swefleet.orchestrator.loop import RunAborted
 
     try:
         return asyncio.run(_run(cfg, run_dir, run_id))
@@ -47,7 +47,7 @@ def run_rl(cfg: RunConfig) -> int:
         return 1
     finally:
         if cfg.environment == "swe" and cfg.envs.backend == "docker":  # (containers, Docker)
-            from envs.reaper import remove_run_containers
+            from swefleet.envs.reaper import remove_run_containers
 
             n = remove_run_containers(run_id)
             if n:
@@ -66,8 +66,8 @@ def prepare_model(cfg: RunConfig, run_dir: RunDir) -> Path:
 
 def prepare_tasks(cfg: RunConfig, select=None):
     """Load the configured tasks (`select` may narrow them) and build their images."""
-    from envs.images import build_base_image
-    from envs.tasks import load_tasks, prepare_task_images
+    from swefleet.envs.images import build_base_image
+    from swefleet.envs.tasks import load_tasks, prepare_task_images
 
     tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
     if cfg.tasks.limit:
@@ -85,18 +85,18 @@ def prepare_tasks(cfg: RunConfig, select=None):
 async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from contextlib import AsyncExitStack
 
-    from agents.config import fit_context_budget
-    from agents.tokenizer import Tokenizer
-    from orchestrator.loop import RLLoop
-    from orchestrator.resume import find_resume_point
-    from orchestrator.summary import print_step, print_summary
-    from orchestrator.trainer_proc import (
+    from swefleet.agents.config import fit_context_budget
+    from swefleet.agents.tokenizer import Tokenizer
+    from swefleet.orchestrator.loop import RLLoop
+    from swefleet.orchestrator.resume import find_resume_point
+    from swefleet.orchestrator.summary import print_step, print_summary
+    from swefleet.orchestrator.trainer_proc import (
         TrainerMetricsTail,
         start_trainer,
         stop_trainer,
         trainer_problem,
     )
-    from orchestrator.weight_sync import weight_sync_job
+    from swefleet.orchestrator.weight_sync import weight_sync_job
     from swefleet.servers import open_fleet
     from swefleet.sinks import MetricSinks
 
@@ -155,7 +155,7 @@ def _server_counts(fleet) -> dict[str, dict]:
 
 def _tasks_for(cfg: RunConfig):
     if cfg.environment == "token_target":
-        from orchestrator.toy import toy_tasks
+        from swefleet.orchestrator.toy import toy_tasks
 
         return toy_tasks(cfg.toy)
     return prepare_tasks(cfg)
@@ -164,11 +164,11 @@ def _tasks_for(cfg: RunConfig):
 async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, stack):
     """The rollout function of the configured environment, its resources on `stack`."""
     if cfg.environment == "token_target":
-        from orchestrator.toy import token_target_rollout
+        from swefleet.orchestrator.toy import token_target_rollout
 
         return token_target_rollout(fleet, tokenizer, cfg.toy)
-    from envs.backends import make_farm, make_grader
-    from orchestrator.rollout import RolloutContext, swe_rollout
+    from swefleet.envs.backends import make_farm, make_grader
+    from swefleet.orchestrator.rollout import RolloutContext, swe_rollout
 
     farm = make_farm(run_id, cfg.envs)
     stack.push_async_callback(farm.close)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
-from agents.chat import ChatML
-from inference.protocol import CancelReason, ModelClient, RequestCancelled
-from orchestrator.config import ToyConfig
-from orchestrator.rollout import RolloutFn, RolloutHandle, Sink
+from swefleet.agents.chat import ChatML
+from swefleet.inference.protocol import CancelReason, ModelClient, RequestCancelled
+from swefleet.orchestrator.config import ToyConfig
+from swefleet.orchestrator.rollout import RolloutFn, RolloutHandle, Sink
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
 PROMPT = "Answer with tokens from the target set."

@@ -15,7 +15,7 @@ from swefleet.procs import die_with_parent
 from swefleet.rundir import RunDir, read_jsonl, write_json_atomic
 
 if TYPE_CHECKING:  # the `[trainer]` table of the run config
-    from trainer.config import TrainerConfig
+    from swefleet.trainer.config import TrainerConfig
 
 
 #: NVLink multicast (NVLS) off unless the environment says otherwise: on GPUs shared with
@@ -28,11 +28,11 @@ TRAINER_ENV_DEFAULTS = {
 
 
 def trainer_command(cfg: TrainerConfig, job_path: Path, log_dir: Path) -> list[str]:
-    """`python -m trainer.main` for one rank; for several, torchrun (this interpreter's, on a
+    """`python -m swefleet.trainer.main` for one rank; for several, torchrun (this interpreter's, on a
     loopback rendezvous) with one process per rank, each rank's output also kept in
     `log_dir/<run id>/attempt_0/<rank>/` and copied to the console with a `[defaultN]:` prefix;
     on several nodes (`cfg.nodes`), `cfg.launcher` + torchrun with a c10d rendezvous."""
-    main = ["-m", "trainer.main", "--config", str(job_path)]
+    main = ["-m", "swefleet.trainer.main", "--config", str(job_path)]
     if cfg.nodes > 1:  # one torchrun per node, started by the launcher (`swefleet slurm`: srun)
         return [
             *cfg.launcher, sys.executable, "-m", "torch.distributed.run",

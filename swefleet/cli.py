@@ -9,7 +9,7 @@ import sys
 
 
 def _rl(args: argparse.Namespace) -> int:
-    from orchestrator.run import run_rl
+    from swefleet.orchestrator.run import run_rl
     from swefleet.config import load_config
 
     cfg = load_config(args.config, args.set, servers=args.server)
@@ -19,19 +19,19 @@ def _rl(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from evals.run import run_eval_cli
+    from swefleet.evals.run import run_eval_cli
 
     return run_eval_cli(args)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from evals.bench import run_bench_cli
+    from swefleet.evals.bench import run_bench_cli
 
     return run_bench_cli(args)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from evals import report_cli
+    from swefleet.evals import report_cli
 
     handler = {"bench": report_cli.report_bench_cli, "eval": report_cli.report_eval_cli,
                "compare": report_cli.report_compare_cli}[args.report_cmd]
@@ -39,7 +39,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _images(args: argparse.Namespace) -> int:
-    from envs import images
+    from swefleet.envs import images
 
     if args.images_cmd == "build-base":
         print(images.build_base_image(args.tag, force=args.force, mirror=args.mirror))
@@ -50,7 +50,7 @@ def _images(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    from envs.synth import cli
+    from swefleet.envs.synth import cli
 
     return {"generate": cli.generate_cli, "validate": cli.validate_cli}[args.tasks_cmd](args)
 
@@ -68,7 +68,7 @@ def _slurm(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from envs.reaper import remove_run_containers
+    from swefleet.envs.reaper import remove_run_containers
 
     n = remove_run_containers(args.run_id)
     print(f"removed {n} containers")

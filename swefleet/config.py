@@ -12,12 +12,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.config import AgentConfig
-from envs.config import FarmConfig
-from inference.config import InferenceConfig
-from orchestrator.config import OrchestratorConfig, ToyConfig
+from swefleet.agents.config import AgentConfig
+from swefleet.envs.config import FarmConfig
+from swefleet.inference.config import InferenceConfig
+from swefleet.orchestrator.config import OrchestratorConfig, ToyConfig
 from swefleet.slurm.config import SlurmConfig
-from trainer.config import TrainerConfig
+from swefleet.trainer.config import TrainerConfig
 
 
 class ModelConfig(BaseModel):

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from swefleet.topology import resolve_topology
 
 if TYPE_CHECKING:
-    from inference.fleet import FleetClient
-    from inference.supervisor import Supervisor
+    from swefleet.inference.fleet import FleetClient
+    from swefleet.inference.supervisor import Supervisor
     from swefleet.config import RunConfig
     from swefleet.rundir import RunDir
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def check_launchable(cfg: RunConfig) -> None:
     """Before any setup (run directory, model, tasks): ValueError (one line) when the servers
     the topology launches cannot start here (kind `vllm` without a `vllm` executable)."""
-    from inference.vllm_launch import missing_executable
+    from swefleet.inference.vllm_launch import missing_executable
 
     kind = resolve_topology(cfg).kind
     if kind == "vllm" and (problem := missing_executable(cfg.inference.vllm.executable)):
@@ -41,9 +41,9 @@ async def open_fleet(
     """Start (or check) the servers, then the client and the supervisor; `model_dir` is served
     as policy version 0 (call `supervisor.update_weights` to move every server on). `run_dir`:
     the RL run whose trainer may broadcast its weights (a restart re-forms its group)."""
-    from inference.fleet import FleetClient
-    from inference.fleet_launch import ServerFleet
-    from inference.supervisor import Supervisor
+    from swefleet.inference.fleet import FleetClient
+    from swefleet.inference.fleet_launch import ServerFleet
+    from swefleet.inference.supervisor import Supervisor
 
     topo = resolve_topology(cfg)
     servers = ServerFleet(topo.kind, topo.servers, cfg.inference, log_dir)
@@ -56,7 +56,7 @@ async def open_fleet(
     stack.push_async_callback(fleet.aclose)
     regroup = None
     if run_dir is not None and cfg.inference.weight_sync == "nccl":
-        from orchestrator.weight_sync import regroup_after_restart
+        from swefleet.orchestrator.weight_sync import regroup_after_restart
 
         regroup = functools.partial(regroup_after_restart, run_dir)
     supervisor = Supervisor(servers, fleet, cfg.inference, model_dir, new_group_epoch=regroup)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from inference.config import EMBEDDED_API_ERROR, InferenceConfig, ServerSpec
+from swefleet.inference.config import EMBEDDED_API_ERROR, InferenceConfig, ServerSpec
 
 if TYPE_CHECKING:
     from swefleet.config import RunConfig

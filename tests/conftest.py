@@ -43,7 +43,7 @@ def swefleet_no_leaked_containers():
 def envs_tiny_task(tmp_path_factory):
     """A `Task` whose image (built by `envs.images.ensure_task_image`, content-addressed, so
     reused across runs) holds a two-file git repository at /testbed."""
-    from envs.images import DEFAULT_BASE_IMAGE, ensure_task_image, image_exists
+    from swefleet.envs.images import DEFAULT_BASE_IMAGE, ensure_task_image, image_exists
     from swefleet.types import Task
 
     if not image_exists(DEFAULT_BASE_IMAGE):
@@ -64,7 +64,7 @@ def envs_tiny_task(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tok(tmp_path_factory):
     """A byte-level BPE tokenizer (vocab 1024) trained by the project, shared by the session."""
-    from agents.tokenizer import Tokenizer
+    from swefleet.agents.tokenizer import Tokenizer
     from swefleet.tinymodel import train_tokenizer
 
     path = tmp_path_factory.mktemp("tokenizer")
@@ -79,7 +79,7 @@ def tok(tmp_path_factory):
 def model_dir(tmp_path_factory):
     """The tiny model (`inference.testing.tiny_checkpoint`), made once per session under
     `<basetemp>/inference-models` and shared by the modules that ask for it."""
-    from inference.testing import tiny_checkpoint
+    from swefleet.inference.testing import tiny_checkpoint
 
     return tiny_checkpoint(tmp_path_factory.getbasetemp() / "inference-models")
 
@@ -88,7 +88,7 @@ def model_dir(tmp_path_factory):
 def server(model_dir, tmp_path_factory, request):
     """An embedded server on `model_dir` for a module's tests (one thread; batch size: the
     module's `SERVER_MAX_BATCH_SIZE`, else 8); its log in a folder named after the module."""
-    from inference.launch import start_embedded_server
+    from swefleet.inference.launch import start_embedded_server
 
     batch = getattr(request.module, "SERVER_MAX_BATCH_SIZE", 8)
     log = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "server.log"

@@ -19,8 +19,8 @@ import torch
 def export_one(job: dict, rank: int, world: int, shard_bytes: int) -> None:
     from safetensors.torch import save_file
 
-    from trainer.export import export_hf
-    from trainer.titan import hf_state_dict, load_policy
+    from swefleet.trainer.export import export_hf
+    from swefleet.trainer.titan import hf_state_dict, load_policy
 
     policy = load_policy(job["model"], torch.device("cpu"), "sdpa", dp_size=world,
                          expert_parallel=job["expert_parallel"])  # fmt: skip
@@ -43,7 +43,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--config", type=Path, required=True)
     cfg = json.loads(p.parse_args().config.read_text())
-    from trainer.main import init_distributed
+    from swefleet.trainer.main import init_distributed
 
     rank, world = init_distributed("cpu")
     for job in cfg["jobs"]:

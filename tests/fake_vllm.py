@@ -37,7 +37,7 @@ def main(argv: list[str]) -> None:
         f.write(json.dumps(record) + "\n")
     vocab = json.loads((Path(model) / "config.json").read_text())["vocab_size"]
     os.environ["PYTHONPATH"] = str(REPO)
-    server = [sys.executable, "-m", "inference.scripted_server", "--host", opt("--host", "")]
+    server = [sys.executable, "-m", "swefleet.inference.scripted_server", "--host", opt("--host", "")]
     server += ["--port", opt("--port", "8000"), "--vocab-size", str(vocab)]
     server += ["--served-model-name", opt("--served-model-name", model)]
     os.execv(sys.executable, server)

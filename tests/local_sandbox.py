@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from envs.protocol import CommandResult, RepositoryBroken
+from swefleet.envs.protocol import CommandResult, RepositoryBroken
 
 _GIT = ["git", "-c", "user.name=swefleet", "-c", "user.email=swefleet@localhost"]
 

@@ -1,4 +1,4 @@
-"""Launch `python -m trainer.main` as N ranks with the environment torchrun would give them
+"""Launch `python -m swefleet.trainer.main` as N ranks with the environment torchrun would give them
 (loopback rendezvous), and read what a trainer run wrote. Shared by the FSDP / expert-parallel
 tests on CPU (gloo) and GPU (nccl)."""
 

@@ -1,4 +1,4 @@
-"""The RL trainer room: a separate process (`python -m trainer.main`) that reads packed batches
+"""The RL trainer room: a separate process (`python -m swefleet.trainer.main`) that reads packed batches
 written by the orchestrator (`swefleet.batch`, docs/batch_schema.md), takes one optimizer step per
 batch and publishes each new policy version as an atomically renamed HF checkpoint directory.
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from trainer import titan
+from swefleet.trainer import titan
 
 MARKER = "swefleet_checkpoint.json"
 _NAME = re.compile(r"step_(\d{6,})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer import router_replay
+from swefleet.trainer import router_replay
 
 
 def token_rows(arrays: dict[str, np.ndarray], s0: int, s1: int, attention: str) -> np.ndarray:

@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 
 from swefleet.rundir import DURABLE_MARKER, fsync_dir, is_durable, version_dirs, write_text_atomic
-from trainer import titan
+from swefleet.trainer import titan
 
 log = logging.getLogger(__name__)
 Durability = Literal["background", "inline"]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer import titan
+from swefleet.trainer import titan
 
 
 @dataclass
@@ -57,7 +57,7 @@ def check_batch_fits(policy: titan.Policy, arrays: dict[str, np.ndarray]) -> Non
     if longest > max_len:
         raise ValueError(f"a sample has {longest} tokens; the model supports {max_len}")
     if "routed_experts" in arrays:
-        from trainer import router_replay
+        from swefleet.trainer import router_replay
 
         layers = router_replay.moe_layers(policy.model)
         ids = arrays["routed_experts"]
@@ -143,7 +143,7 @@ def replaying(policy: titan.Policy, mb: MicroBatch) -> Iterator[None]:
     if mb.routed_experts is None:
         yield
         return
-    from trainer import router_replay
+    from swefleet.trainer import router_replay
 
     router_replay.set_replay(policy.model, mb.routed_experts)
     try:

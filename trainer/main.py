@@ -1,6 +1,6 @@
 """The trainer process: wait for batch n, train one step, publish weights n+1, log metrics.
 
-    python -m trainer.main --model DIR --batches-dir DIR --weights-dir DIR \
+    python -m swefleet.trainer.main --model DIR --batches-dir DIR --weights-dir DIR \
         [--start-version N] [--max-steps N] [--lr F] [--device cpu|cuda|auto] [--config FILE]
 
 `--config` is a TOML/JSON `TrainerJob` (paths + a `[trainer]` table of `TrainerConfig`);
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from swefleet.batch import batch_path, read_batch, weights_path
 from swefleet.filewatch import FileWatch
-from trainer.config import TrainerConfig, TrainerJob, load_job_file
+from swefleet.trainer.config import TrainerConfig, TrainerJob, load_job_file
 
 log = logging.getLogger("trainer")
 
@@ -52,7 +52,7 @@ class BatchTimeout(Exception):
 
 
 def parse_job(argv: list[str] | None) -> TrainerJob:
-    p = argparse.ArgumentParser(prog="python -m trainer.main", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m swefleet.trainer.main", description=__doc__.split("\n")[0])
     p.add_argument("--config", type=Path, help="TOML/JSON TrainerJob file")
     p.add_argument("--model", type=Path, help="HF checkpoint dir of version start_version")
     p.add_argument("--batches-dir", type=Path)
@@ -123,7 +123,7 @@ def resolve_runtime(cfg: TrainerConfig) -> tuple[str, str]:
     attention = cfg.attention
     if attention == "auto":
         attention = auto_attention(device, cfg.compute_dtype)
-    from trainer.titan import PACKED_ATTENTIONS
+    from swefleet.trainer.titan import PACKED_ATTENTIONS
 
     if attention in PACKED_ATTENTIONS and device != "cuda":
         raise ValueError(f"attention={attention!r} packs samples with a CUDA kernel: needs "
@@ -164,8 +164,8 @@ def build_trainer(cfg: TrainerConfig, source: Path, device: str, attention: str,
     over `world` ranks (FSDP2 all-gathers bf16 weights when computing in bf16)."""
     import torch
 
-    from trainer.step import build_optimizer
-    from trainer.titan import load_policy
+    from swefleet.trainer.step import build_optimizer
+    from swefleet.trainer.titan import load_policy
 
     torch_device = torch.device(device, torch.cuda.current_device()) if device == "cuda" else None
     policy = load_policy(
@@ -189,7 +189,7 @@ def _mfu_fn(source: Path, device: str, world: int):
     """cu_seqlens, step seconds -> MFU of the step (None on CPU, unknown GPUs, MoE)."""
     import torch
 
-    from trainer.flops import step_mfu
+    from swefleet.trainer.flops import step_mfu
 
     hf = json.loads((Path(source) / "config.json").read_text())
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
@@ -200,7 +200,7 @@ def _moe_timer(policy, cfg):
     """Per-layer MoE phase timing when `profile_moe` is on and the model has MoE layers."""
     if not cfg.profile_moe:
         return None
-    from trainer.moe_profile import MoEPhaseTimer
+    from swefleet.trainer.moe_profile import MoEPhaseTimer
 
     timer = MoEPhaseTimer(policy.model)
     return timer if timer.layers else None
@@ -209,8 +209,8 @@ def _moe_timer(policy, cfg):
 def clean_leftovers(job: TrainerJob, rank: int) -> None:
     """Remove what a crash left half-written (`.tmp-` entries) in the weights and checkpoint
     directories; nothing else writes there."""
-    from trainer.checkpoint import clean_partial
-    from trainer.config import checkpoint_dir
+    from swefleet.trainer.checkpoint import clean_partial
+    from swefleet.trainer.config import checkpoint_dir
 
     if rank == 0:
         job.weights_dir.mkdir(parents=True, exist_ok=True)
@@ -237,8 +237,8 @@ def resume_point(job: TrainerJob) -> tuple[Path | None, Path, int]:
     Preference: the newest complete checkpoint at or after `start_version` (exact: weights and
     optimizer state; steps after it are re-trained); else the newest published version after
     `start_version` (weights only, fresh optimizer state); else the job's model."""
-    from trainer.checkpoint import latest_checkpoint
-    from trainer.config import checkpoint_dir
+    from swefleet.trainer.checkpoint import latest_checkpoint
+    from swefleet.trainer.config import checkpoint_dir
 
     latest = latest_checkpoint(checkpoint_dir(job))
     if latest is not None and latest[0] >= job.start_version:
@@ -292,8 +292,8 @@ def _export_on_stop(job: TrainerJob, policy, version: int, broadcaster, exporter
 
 
 def _save(job: TrainerJob, policy, optimizer, step: int) -> None:
-    from trainer.checkpoint import save_checkpoint
-    from trainer.config import checkpoint_dir
+    from swefleet.trainer.checkpoint import save_checkpoint
+    from swefleet.trainer.config import checkpoint_dir
 
     path = save_checkpoint(
         policy,
@@ -310,8 +310,8 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     """The step loop. Returns the process exit code."""
     import torch
 
-    from trainer.step import train_step
-    from trainer.titan import expert_parallel_degree
+    from swefleet.trainer.step import train_step
+    from swefleet.trainer.titan import expert_parallel_degree
 
     cfg = job.trainer
     torch.manual_seed(cfg.seed)
@@ -323,7 +323,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     moe_timer = _moe_timer(policy, cfg)
     mfu_of = _mfu_fn(source, device, world)
     if ckpt is not None:
-        from trainer.checkpoint import load_checkpoint
+        from swefleet.trainer.checkpoint import load_checkpoint
 
         load_checkpoint(policy, optimizer, ckpt)
         log.info("resumed from %s (policy version %d)", ckpt, step)
@@ -340,10 +340,10 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         job.batches_dir,
         step,
     )
-    from trainer.weight_broadcast import WeightBroadcaster
+    from swefleet.trainer.weight_broadcast import WeightBroadcaster
 
     broadcaster = WeightBroadcaster.from_job(job, rank, newest_published(job.weights_dir) or 0)
-    from trainer.export import Exporter
+    from swefleet.trainer.export import Exporter
 
     exporter = Exporter(cfg.export_durability, pinned=device == "cuda")
     saved = step

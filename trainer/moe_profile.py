@@ -53,7 +53,7 @@ class MoEPhaseTimer:
     """Hooks on every MoE layer of `model`; `take()` returns and resets the step's figures."""
 
     def __init__(self, model: nn.Module) -> None:
-        from trainer.router_replay import moe_layers
+        from swefleet.trainer.router_replay import moe_layers
 
         self.layers = moe_layers(model)
         param = next(model.parameters())

@@ -117,8 +117,8 @@ def engine_rollouts(
 ) -> list[Rollout]:
     """Sample `max_tokens` per prompt (temperature 1) with the embedded engine, all prompts in
     one continuous batch; routed experts go through the wire encoding (base64 .npy)."""
-    from inference.engine.core import Engine, SamplingParams
-    from inference.engine.model import load_model
+    from swefleet.inference.engine.core import Engine, SamplingParams
+    from swefleet.inference.engine.model import load_model
 
     loaded = load_model(ckpt, device=device, dtype=dtype)
     engine = Engine(
@@ -194,10 +194,10 @@ def trainer_mismatch(
     """Trainer log-probs of the rollouts' tokens without and with router replay, the mismatch
     KL of each against the engine's log-probs, and `expert_agreement`: the fraction of (token,
     layer) pairs where the trainer's own top-k set equals the engine's."""
-    from trainer import router_replay
-    from trainer.expert_load import token_rows
-    from trainer.forward import batch_logprobs
-    from trainer.titan import load_policy
+    from swefleet.trainer import router_replay
+    from swefleet.trainer.expert_load import token_rows
+    from swefleet.trainer.forward import batch_logprobs
+    from swefleet.trainer.titan import load_policy
 
     policy = load_policy(ckpt, torch.device(device), attention)
     out: dict[str, float | np.ndarray] = {}

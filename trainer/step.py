@@ -12,17 +12,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer import titan
-from trainer.config import TrainerConfig
-from trainer.expert_load import ExpertLoad, token_rows
-from trainer.forward import (
+from swefleet.trainer import titan
+from swefleet.trainer.config import TrainerConfig
+from swefleet.trainer.expert_load import ExpertLoad, token_rows
+from swefleet.trainer.forward import (
     build_micro_batch,
     check_batch_fits,
     micro_batch_logprobs,
     replaying,
     split_samples,
 )
-from trainer.losses import policy_loss
+from swefleet.trainer.losses import policy_loss
 
 _SUMMED = ("loss", "ratio_mean", "clip_fraction", "tis_fraction", "mismatch_kl", "entropy")
 

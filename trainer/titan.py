@@ -87,7 +87,7 @@ class LogprobHead(nn.Module):
         self.request: tuple[torch.Tensor, torch.Tensor, int, torch.dtype, bool] | None = None
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        from trainer.logprobs import token_logprobs
+        from swefleet.trainer.logprobs import token_logprobs
 
         if self.request is None:
             raise RuntimeError("LogprobHead called without a request (use policy_logprobs)")
@@ -235,7 +235,7 @@ def load_policy(
     with torch.device(device):  # non-persistent buffers (to_empty leaves them uninitialised)
         model.rope_cache = model._precompute_rope_cache()
     if args.moe_enabled:
-        from trainer import router_replay
+        from swefleet.trainer import router_replay
 
         for moe in router_replay.moe_layers(model):
             moe.tokens_per_expert.zero_()
@@ -285,7 +285,7 @@ def _install_attention(model: nn.Module, attention: str) -> None:
     compile applies anyway. cudnn: every layer's varlen wrapper becomes
     `trainer.packed_attention.PackedCudnnAttention`."""
     if attention == "cudnn":
-        from trainer.packed_attention import PackedCudnnAttention
+        from swefleet.trainer.packed_attention import PackedCudnnAttention
 
         for layer in model.layers.values():
             layer.attention.inner_attention = PackedCudnnAttention()
@@ -523,13 +523,13 @@ def packed_attention_masks(
     per-sample plan reads and FSDP's input move leaves on the host) or a
     document-causal FlexAttention block mask (`flex`)."""
     if attention == "flex":
-        from trainer.attention import document_block_mask
+        from swefleet.trainer.attention import document_block_mask
 
         return document_block_mask(cu_seqlens.to(torch.int32), n_tokens)
     if attention == "varlen":
         return varlen_metadata(cu_seqlens, max_len)
     if attention == "cudnn":
-        from trainer.packed_attention import HostBoundaries
+        from swefleet.trainer.packed_attention import HostBoundaries
 
         meta = varlen_metadata(cu_seqlens, max_len)
         return meta._replace(cu_seq_k=HostBoundaries(meta.cu_seq_k.cpu()))

@@ -46,7 +46,7 @@ log = logging.getLogger("trainer")
 
 def update_info(policy: Any, bucket_bytes: int) -> UpdateInfo:
     """The names, wire dtypes and shapes of one broadcast (no communication)."""
-    from trainer import titan
+    from swefleet.trainer import titan
 
     shapes = titan.hf_shapes(policy)
     dtype = str(policy.source_dtype).removeprefix("torch.")
@@ -57,7 +57,7 @@ def update_info(policy: Any, bucket_bytes: int) -> UpdateInfo:
 
 def hf_tensors(policy: Any):
     """(HF name, full tensor in the checkpoint's dtype): gathers on every rank, in turn."""
-    from trainer import titan
+    from swefleet.trainer import titan
 
     for name, tensor in titan.iter_hf_tensors(policy):
         yield name, tensor.detach().to(dtype=policy.source_dtype)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agents.config import AgentConfig
-from agents.protocol import Scaffold
-from agents.scaffolds.bash import SUBMIT_SENTINEL, BashScaffold
-from agents.scaffolds.tools import ToolScaffold
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.protocol import Scaffold
+from swefleet.agents.scaffolds.bash import SUBMIT_SENTINEL, BashScaffold
+from swefleet.agents.scaffolds.tools import ToolScaffold
 
 __all__ = ["SUBMIT_SENTINEL", "BashScaffold", "ToolScaffold", "make_scaffold"]
 

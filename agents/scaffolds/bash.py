@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from agents.config import AgentConfig
-from agents.prompts import render, strip_thinking, truncate_middle
-from agents.protocol import Action, FormatError, Observation
-from envs.protocol import CommandResult, Sandbox
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.prompts import render, strip_thinking, truncate_middle
+from swefleet.agents.protocol import Action, FormatError, Observation
+from swefleet.envs.protocol import CommandResult, Sandbox
 from swefleet.types import Task
 
 SUBMIT_SENTINEL = "SWEFLEET_SUBMIT"

@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from envs.protocol import InfraError, Sandbox
+from swefleet.envs.protocol import InfraError, Sandbox
 
 T = TypeVar("T")
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.prompts import PROMPTS_DIR, strip_thinking
-from agents.protocol import Action, FormatError
+from swefleet.agents.prompts import PROMPTS_DIR, strip_thinking
+from swefleet.agents.protocol import Action, FormatError
 
 TOOLS_FILE = PROMPTS_DIR / "tools" / "tools.json"
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 
-from agents.config import AgentConfig
-from agents.prompts import render, truncate_middle
-from agents.protocol import Action, FormatError, Observation
-from agents.scaffolds.bash import render_command_result
-from agents.scaffolds.files import NumberedText, ToolError, replace_once, view_file
-from agents.scaffolds.tool_calls import ARGUMENTS, parse_tool_call, tool_schemas
-from envs.protocol import Sandbox
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.prompts import render, truncate_middle
+from swefleet.agents.protocol import Action, FormatError, Observation
+from swefleet.agents.scaffolds.bash import render_command_result
+from swefleet.agents.scaffolds.files import NumberedText, ToolError, replace_once, view_file
+from swefleet.agents.scaffolds.tool_calls import ARGUMENTS, parse_tool_call, tool_schemas
+from swefleet.envs.protocol import Sandbox
 from swefleet.types import Task
 
 

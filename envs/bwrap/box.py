@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.bwrap.rootfs import default_dir, image_env, writable_copy
-from envs.config import BwrapConfig, SandboxLimits
-from envs.protocol import InfraError
+from swefleet.envs.bwrap.rootfs import default_dir, image_env, writable_copy
+from swefleet.envs.config import BwrapConfig, SandboxLimits
+from swefleet.envs.protocol import InfraError
 
 AGENT_ID = 1000
 HOME = "/home/agent"

@@ -1,9 +1,9 @@
 """Move task images to a machine without Docker: rootfs bundles for the bwrap backend.
 
     # where Docker runs: build the task images as `swefleet eval` would, save their layers once
-    python -m envs.bwrap.bundle export --tasks envs/data/pypi/tasks.jsonl --out bundle/
+    python -m swefleet.envs.bwrap.bundle export --tasks envs/data/pypi/tasks.jsonl --out bundle/
     # copy bundle/ (manifest.json, bwrap, pack.000 ...: parts of <= 59 MiB) to the target, then
-    python -m envs.bwrap.bundle import bundle/ --cache /var/cache/swefleet-rootfs
+    python -m swefleet.envs.bwrap.bundle import bundle/ --cache /var/cache/swefleet-rootfs
     swefleet eval --tasks /var/cache/swefleet-rootfs/tasks/pypi.jsonl ...  # [envs] backend="bwrap"
 
 A bundle holds each distinct image layer once (`docker save`: the base image's layer is shared
@@ -31,9 +31,9 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from envs.bwrap.layers import apply_layer, compress, decompress, default_compression
-from envs.bwrap.pack import BundleError, PackWriter, check_parts, open_blob, sha256_file
-from envs.bwrap.rootfs import _mkdirs, _name_link, default_dir
+from swefleet.envs.bwrap.layers import apply_layer, compress, decompress, default_compression
+from swefleet.envs.bwrap.pack import BundleError, PackWriter, check_parts, open_blob, sha256_file
+from swefleet.envs.bwrap.rootfs import _mkdirs, _name_link, default_dir
 
 FORMAT = 1
 PART_BYTES = 59 << 20
@@ -51,8 +51,8 @@ def set_name(tasks_file: Path) -> str:
 
 def _resolved_tasks(task_files: list[Path], base_image: str) -> dict[str, list[dict]]:
     """Each task set's records with `image` set, the images built as `swefleet eval` does."""
-    from envs.images import build_base_image
-    from envs.tasks import load_tasks, prepare_task_images
+    from swefleet.envs.images import build_base_image
+    from swefleet.envs.tasks import load_tasks, prepare_task_images
 
     build_base_image(base_image)
     sets: dict[str, list[dict]] = {}
@@ -98,7 +98,7 @@ def export_bundle(task_files: list[Path], out: Path, *, compression: str = "",
                   part_bytes: int = PART_BYTES, base_image: str = "",
                   with_bwrap: bool = True) -> dict:
     """Write the bundle of the task sets' images to `out` (new or empty); its manifest."""
-    from envs.images import DEFAULT_BASE_IMAGE
+    from swefleet.envs.images import DEFAULT_BASE_IMAGE
 
     compression = compression or default_compression()
     if out.exists() and any(out.iterdir()):
@@ -277,7 +277,7 @@ def _size(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m envs.bwrap.bundle", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m swefleet.envs.bwrap.bundle", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("export", help="bundle task sets' images (needs Docker)")

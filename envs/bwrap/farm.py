@@ -17,11 +17,11 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from envs.bwrap.box import check_tools
-from envs.bwrap.sandbox import BwrapSandbox
-from envs.config import FarmConfig, SandboxLimits
-from envs.farm import DockerFarm, FarmLifetime, FarmStats
-from envs.protocol import InfraError
+from swefleet.envs.bwrap.box import check_tools
+from swefleet.envs.bwrap.sandbox import BwrapSandbox
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.farm import DockerFarm, FarmLifetime, FarmStats
+from swefleet.envs.protocol import InfraError
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class BwrapFarm(FarmLifetime):
 
     async def prewarm(self, tasks: list[Task]) -> None:
         """No warm pool here: exports the tasks' root filesystems ahead instead."""
-        from envs.bwrap.rootfs import ensure_rootfs
+        from swefleet.envs.bwrap.rootfs import ensure_rootfs
 
         for task in tasks:
             image = await self.image_for(task)

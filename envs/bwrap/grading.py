@@ -13,10 +13,10 @@ import subprocess
 import uuid
 from types import SimpleNamespace
 
-from envs.bwrap.box import Box
-from envs.bwrap.rootfs import ensure_rootfs
-from envs.config import BwrapConfig, SandboxLimits
-from envs.grading import DockerGrader, _Session
+from swefleet.envs.bwrap.box import Box
+from swefleet.envs.bwrap.rootfs import ensure_rootfs
+from swefleet.envs.config import BwrapConfig, SandboxLimits
+from swefleet.envs.grading import DockerGrader, _Session
 from swefleet.types import Task
 
 _GRADE_ENV = {"PYTHONUNBUFFERED": "1", "GIT_PAGER": "cat", "LANG": "C.UTF-8"}

@@ -16,7 +16,7 @@ import tarfile
 from pathlib import Path
 from typing import BinaryIO
 
-from envs.bwrap.pack import BundleError
+from swefleet.envs.bwrap.pack import BundleError
 
 COMPRESSORS = {"xz": ["xz", "-T0", "-6", "-c"], "zstd": ["zstd", "-q", "-3", "-T0", "-c"],
                "gzip": ["gzip", "-9", "-c"]}

@@ -19,7 +19,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from envs.protocol import InfraError
+from swefleet.envs.protocol import InfraError
 
 
 def default_dir(kind: str) -> Path:
@@ -41,7 +41,7 @@ def ensure_rootfs(image: str, cache_dir: str = "") -> Path:
         if (link / "env.json").is_file():
             return link.resolve()
         raise InfraError(f"image {image}: not in the rootfs cache {cache} and no Docker engine "
-                         "(import a bundle holding it: python -m envs.bwrap.bundle import)")
+                         "(import a bundle holding it: python -m swefleet.envs.bwrap.bundle import)")
     entry = cache / image_id.replace(":", "_")
     if not (entry / "env.json").is_file():
         _export(image, entry)

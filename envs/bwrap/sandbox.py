@@ -17,12 +17,12 @@ import socket
 import time
 import uuid
 
-from envs.bwrap.box import Box
-from envs.bwrap.rootfs import ensure_rootfs
-from envs.config import FarmConfig, SandboxLimits
-from envs.protocol import CommandResult, InfraError
-from envs.sandbox import DockerSandbox
-from envs.session import SessionDied, ShellSession
+from swefleet.envs.bwrap.box import Box
+from swefleet.envs.bwrap.rootfs import ensure_rootfs
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.protocol import CommandResult, InfraError
+from swefleet.envs.sandbox import DockerSandbox
+from swefleet.envs.session import SessionDied, ShellSession
 
 _MISSING, _IS_DIR, _TOO_BIG = 44, 45, 46
 _FORK_FAILED = "Resource temporarily unavailable"

@@ -30,9 +30,9 @@ OUT = ROOT / "quickstart"
 CLEAN = OUT / "repo"
 sys.path.insert(0, str(ROOT.parent.parent))  # run as a script from anywhere
 
-from envs.grading import DockerGrader, grade_many
-from envs.images import DEFAULT_BASE_IMAGE
-from envs.tasks import load_tasks, prepare_task_images
+from swefleet.envs.grading import DockerGrader, grade_many
+from swefleet.envs.images import DEFAULT_BASE_IMAGE
+from swefleet.envs.tasks import load_tasks, prepare_task_images
 from swefleet.types import GradeStatus, Task
 
 

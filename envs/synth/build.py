@@ -17,9 +17,9 @@ import hashlib
 import posixpath
 from pathlib import Path
 
-from envs.images import AGENT_UID, DEFAULT_BASE_IMAGE, ensure_image_from_files
-from envs.synth.fetch import fetch_sdist, fetch_wheels, sha256_of
-from envs.synth.recipe import Recipe, load_recipe
+from swefleet.envs.images import AGENT_UID, DEFAULT_BASE_IMAGE, ensure_image_from_files
+from swefleet.envs.synth.fetch import fetch_sdist, fetch_wheels, sha256_of
+from swefleet.envs.synth.recipe import Recipe, load_recipe
 from swefleet.types import Task
 
 _GIT_ENV = ("GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z "

@@ -7,13 +7,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.data.make_quickstart import unified_diff
-from envs.synth.build import task_image_for
-from envs.synth.hide import hide_tests
-from envs.synth.mutators import Mutation
-from envs.synth.probe import Screened
-from envs.synth.recipe import Recipe
-from envs.synth.statement import NoEvidence, write_statement
+from swefleet.envs.data.make_quickstart import unified_diff
+from swefleet.envs.synth.build import task_image_for
+from swefleet.envs.synth.hide import hide_tests
+from swefleet.envs.synth.mutators import Mutation
+from swefleet.envs.synth.probe import Screened
+from swefleet.envs.synth.recipe import Recipe
+from swefleet.envs.synth.statement import NoEvidence, write_statement
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)

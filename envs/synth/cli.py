@@ -14,9 +14,9 @@ log = logging.getLogger(__name__)
 
 
 def generate_cli(args: argparse.Namespace) -> int:
-    from envs.images import build_base_image
-    from envs.synth.generate import GenerateConfig, generate_tasks, merge_into
-    from envs.synth.recipe import load_recipe
+    from swefleet.envs.images import build_base_image
+    from swefleet.envs.synth.generate import GenerateConfig, generate_tasks, merge_into
+    from swefleet.envs.synth.recipe import load_recipe
 
     cfg = GenerateConfig(n=args.n, seed=args.seed, k=args.k, concurrency=args.concurrency,
                          max_candidates=args.max_candidates, base_image=args.base_image)
@@ -49,11 +49,11 @@ def generate_cli(args: argparse.Namespace) -> int:
 
 
 def validate_cli(args: argparse.Namespace) -> int:
-    from envs.grading import DockerGrader
-    from envs.images import build_base_image
-    from envs.reaper import remove_run_containers
-    from envs.synth.validate import summary, validate_tasks
-    from envs.tasks import load_tasks, prepare_task_images
+    from swefleet.envs.grading import DockerGrader
+    from swefleet.envs.images import build_base_image
+    from swefleet.envs.reaper import remove_run_containers
+    from swefleet.envs.synth.validate import summary, validate_tasks
+    from swefleet.envs.tasks import load_tasks, prepare_task_images
 
     started = time.monotonic()
     build_base_image(args.base_image)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envs.gradelog import regrade_from_log
-from envs.grading import DockerGrader, grade_many
-from envs.synth.probe import well_formed
+from swefleet.envs.gradelog import regrade_from_log
+from swefleet.envs.grading import DockerGrader, grade_many
+from swefleet.envs.synth.probe import well_formed
 from swefleet.types import GradeResult, GradeStatus, Task
 
 

@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from envs.synth.recipe import Recipe
+from swefleet.envs.synth.recipe import Recipe
 
 log = logging.getLogger(__name__)
 _PIP = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",

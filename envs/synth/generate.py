@@ -24,13 +24,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from envs.images import DEFAULT_BASE_IMAGE
-from envs.synth.candidates import Package, bug_patch, record_of, to_task
-from envs.synth.derive import derive_lists
-from envs.synth.mutators import Mutation, choose, find_mutations
-from envs.synth.probe import Baseline, run_baseline, screen
-from envs.synth.recipe import load_recipe
-from envs.synth.trace import is_covered, traced_lines
+from swefleet.envs.images import DEFAULT_BASE_IMAGE
+from swefleet.envs.synth.candidates import Package, bug_patch, record_of, to_task
+from swefleet.envs.synth.derive import derive_lists
+from swefleet.envs.synth.mutators import Mutation, choose, find_mutations
+from swefleet.envs.synth.probe import Baseline, run_baseline, screen
+from swefleet.envs.synth.recipe import load_recipe
+from swefleet.envs.synth.trace import is_covered, traced_lines
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class GenerateConfig(BaseModel):
 
 
 def load_package(recipe_path: Path) -> Package:
-    from envs.synth.fetch import fetch_sdist, read_sdist
+    from swefleet.envs.synth.fetch import fetch_sdist, read_sdist
 
     recipe = load_recipe(recipe_path)
     files = read_sdist(fetch_sdist(recipe))
@@ -125,9 +125,9 @@ async def _screen_until(package: Package, image: str, baseline: Baseline, grader
 
 async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig) -> dict:
     """Generate, validate and return (tasks, report) for one recipe; writes nothing."""
-    from envs.grading import DockerGrader
-    from envs.reaper import remove_run_containers
-    from envs.synth.build import ensure_repo_image
+    from swefleet.envs.grading import DockerGrader
+    from swefleet.envs.reaper import remove_run_containers
+    from swefleet.envs.synth.build import ensure_repo_image
 
     started = time.monotonic()
     package = load_package(recipe_path)

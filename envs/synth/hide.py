@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from envs.data.make_quickstart import unified_diff
+from swefleet.envs.data.make_quickstart import unified_diff
 
 _PARAMS = re.compile(r"\[.*\]$")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envs.gradelog import is_infra
-from envs.grading import DockerGrader, grade_many
-from envs.synth.mutators import Mutation
-from envs.synth.recipe import Recipe
+from swefleet.envs.gradelog import is_infra
+from swefleet.envs.grading import DockerGrader, grade_many
+from swefleet.envs.synth.mutators import Mutation
+from swefleet.envs.synth.recipe import Recipe
 from swefleet.types import GradeResult, Task
 
 

@@ -12,9 +12,9 @@ import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
-from envs.synth.failures import Failure, failure_blocks, header_of, parse_failure
-from envs.synth.mutators import Mutation
-from envs.synth.recipe import Recipe
+from swefleet.envs.synth.failures import Failure, failure_blocks, header_of, parse_failure
+from swefleet.envs.synth.mutators import Mutation
+from swefleet.envs.synth.recipe import Recipe
 
 TEMPLATE = Path(__file__).resolve().parent / "problem_statement.md"
 MAX_EXAMPLES = 2

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 
-from envs.synth.mutators import Mutation
+from swefleet.envs.synth.mutators import Mutation
 
 log = logging.getLogger(__name__)
 MARKER = "@@swefleet-lines@@"

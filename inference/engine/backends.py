@@ -22,11 +22,11 @@ from typing import Any, Literal, Protocol
 
 import torch
 
-from inference.engine.graphs import StaticDecoder
-from inference.engine.kvbatch import KVBatch
-from inference.engine.prefix import Parked, PrefixSlots, PrefixStore
-from inference.engine.sampling import RowParams, Sampled, sample
-from inference.engine.static import StaticCache, bytes_per_token, unsupported_reason
+from swefleet.inference.engine.graphs import StaticDecoder
+from swefleet.inference.engine.kvbatch import KVBatch
+from swefleet.inference.engine.prefix import Parked, PrefixSlots, PrefixStore
+from swefleet.inference.engine.sampling import RowParams, Sampled, sample
+from swefleet.inference.engine.static import StaticCache, bytes_per_token, unsupported_reason
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from inference.engine.backends import KVMode, make_backend
-from inference.engine.experts import make_capture
-from inference.engine.sampling import RowParams, Sampled, make_generator, sample
-from inference.engine.weights import StagedWeights, apply_weights
+from swefleet.inference.engine.backends import KVMode, make_backend
+from swefleet.inference.engine.experts import make_capture
+from swefleet.inference.engine.sampling import RowParams, Sampled, make_generator, sample
+from swefleet.inference.engine.weights import StagedWeights, apply_weights
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from inference.engine.sampling import (
+from swefleet.inference.engine.sampling import (
     RowParams,
     Sampled,
     batched_sample,
@@ -27,7 +27,7 @@ from inference.engine.sampling import (
     needs_eager,
     sample,
 )
-from inference.engine.static import StaticCache, width_bucket
+from swefleet.inference.engine.static import StaticCache, width_bucket
 
 log = logging.getLogger(__name__)
 

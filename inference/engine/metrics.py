@@ -9,7 +9,7 @@ scraper reads both servers; the rest are `swefleet:` names.
 
 from __future__ import annotations
 
-from inference.engine.core import Engine
+from swefleet.inference.engine.core import Engine
 
 
 def _line(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inference.engine.weights import StagedWeights, _match
+from swefleet.inference.engine.weights import StagedWeights, _match
 from swefleet.weight_transfer import TransferGroup, UpdateInfo
 
 log = logging.getLogger(__name__)

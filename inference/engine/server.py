@@ -1,6 +1,6 @@
 """OpenAI-compatible HTTP server around the embedded engine (FastAPI + uvicorn).
 
-    python -m inference.engine.server --model DIR --host 127.0.0.1 --port P [--device cpu]
+    python -m swefleet.inference.engine.server --model DIR --host 127.0.0.1 --port P [--device cpu]
 
 Endpoints: POST /v1/completions (vLLM-shaped, `stream: true` too, see `inference/wire.py` and
 `inference/engine/stream.py`), GET /v1/models,
@@ -30,19 +30,19 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from inference.engine.core import Engine, EngineDead, GenerationResult, QueueFull, SamplingParams
-from inference.engine.metrics import render
-from inference.engine.model import LoadedModel
-from inference.engine.nccl_receiver import (
+from swefleet.inference.engine.core import Engine, EngineDead, GenerationResult, QueueFull, SamplingParams
+from swefleet.inference.engine.metrics import render
+from swefleet.inference.engine.model import LoadedModel
+from swefleet.inference.engine.nccl_receiver import (
     InitRequest,
     ReceiveRequest,
     TransferError,
     WeightReceiver,
 )
-from inference.engine.stream import ChunkWriter, EngineStreamResponse, TokenStream, sse_chunks
-from inference.engine.weights import StagedWeights, read_weights
-from inference.serving import serve
-from inference.wire import (
+from swefleet.inference.engine.stream import ChunkWriter, EngineStreamResponse, TokenStream, sse_chunks
+from swefleet.inference.engine.weights import StagedWeights, read_weights
+from swefleet.inference.serving import serve
+from swefleet.inference.wire import (
     CompletionChoice,
     CompletionLogProbs,
     CompletionRequest,
@@ -57,7 +57,7 @@ from inference.wire import (
 )
 from swefleet.routed_experts import encode as encode_routed
 
-log = logging.getLogger("inference.engine.server")
+log = logging.getLogger("swefleet.inference.engine.server")
 
 DISCONNECT_POLL_S = 0.25
 
@@ -364,7 +364,7 @@ def create_app(
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m inference.engine.server",
+        prog="python -m swefleet.inference.engine.server",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -424,7 +424,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from inference.engine.model import load_model
+    from swefleet.inference.engine.model import load_model
 
     args = _parse(argv)
     logging.basicConfig(

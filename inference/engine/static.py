@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from inference.engine.fused import FusedLinear, can_fuse
+from swefleet.inference.engine.fused import FusedLinear, can_fuse
 
 SUPPORTED_MODEL_TYPES = frozenset({"qwen3", "qwen2", "llama"})
 

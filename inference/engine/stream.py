@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from starlette.responses import StreamingResponse
 
-from inference.engine.core import GenerationResult
-from inference.wire import (
+from swefleet.inference.engine.core import GenerationResult
+from swefleet.inference.wire import (
     CompletionLogProbs,
     CompletionRequest,
     CompletionStreamChoice,

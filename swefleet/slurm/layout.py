@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from inference.config import ServerSpec
+from swefleet.inference.config import ServerSpec
 from swefleet.topology import resolve_topology
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def check_layout(cfg: RunConfig) -> None:
 
 def inference_specs(cfg: RunConfig) -> tuple[ServerSpec, ...]:
     """The servers of one inference node (`[inference]` placed as on one machine)."""
-    from trainer.config import TrainerConfig
+    from swefleet.trainer.config import TrainerConfig
 
     alone = cfg.model_copy(update={"trainer": TrainerConfig(device="cpu")})
     return resolve_topology(alone).servers

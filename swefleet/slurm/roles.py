@@ -33,7 +33,7 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 
 def prepare(cfg: RunConfig, hosts: list[str]) -> int:
-    from orchestrator.run import prepare_model
+    from swefleet.orchestrator.run import prepare_model
     from swefleet.rundir import RunDir
 
     log.info("model: %s", prepare_model(cfg, RunDir(Path(cfg.output_dir))))
@@ -54,7 +54,7 @@ def serve(cfg: RunConfig, hosts: list[str], index: int) -> int:
 
 
 def _embedded_command(cfg: RunConfig, place: layout.ServerPlace, host: str):
-    from inference.launch import configured_argv
+    from swefleet.inference.launch import configured_argv
 
     inf = cfg.inference.model_copy(update={"host": host})
     argv = configured_argv(cfg.model.path, inf, port=place.port, device=place.spec.device,
@@ -66,7 +66,7 @@ def _embedded_command(cfg: RunConfig, place: layout.ServerPlace, host: str):
 
 
 def _vllm_command(cfg: RunConfig, place: layout.ServerPlace, host: str):
-    from inference.vllm_launch import launch_env, launch_profile, serve_command
+    from swefleet.inference.vllm_launch import launch_env, launch_profile, serve_command
 
     inf = cfg.inference
     profile = launch_profile(inf.vllm, cfg.model.path, served_model_name=inf.model_name,
@@ -118,7 +118,7 @@ def _healthy(http, url: str) -> bool:
 
 
 def head(cfg: RunConfig, hosts: list[str]) -> int:
-    from orchestrator.run import run_rl
+    from swefleet.orchestrator.run import run_rl
 
     return run_rl(layout.head_config(cfg, hosts))
 

@@ -9,9 +9,9 @@ import time
 import pytest
 import torch
 
-from inference.engine.core import Engine, GenerationResult, SamplingParams
-from inference.engine.model import load_model
-from inference.testing import reference_logprobs, tiny_checkpoint
+from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
+from swefleet.inference.engine.model import load_model
+from swefleet.inference.testing import reference_logprobs, tiny_checkpoint
 
 pytestmark = [
     pytest.mark.gpu,

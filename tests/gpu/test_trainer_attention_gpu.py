@@ -41,7 +41,7 @@ def _grads(fn, q, k, v, cu, max_len):
 def test_flex_document_mask_matches_flash_varlen():
     from torch.nn.attention.flex_attention import flex_attention
 
-    from trainer.attention import document_block_mask
+    from swefleet.trainer.attention import document_block_mask
 
     q, k, v, cu, max_len = _inputs()
     mask = document_block_mask(cu, q.shape[0])
@@ -58,7 +58,7 @@ def test_flex_document_mask_matches_flash_varlen():
 
 @pytest.mark.parametrize("compiled", [False, True])
 def test_cudnn_packed_attention_matches_flash_varlen(compiled):
-    from trainer.packed_attention import packed_attention, plan_segments
+    from swefleet.trainer.packed_attention import packed_attention, plan_segments
 
     q, k, v, cu, max_len = _inputs()
     cu_host = cu.cpu()
@@ -78,7 +78,7 @@ def test_cudnn_packed_attention_matches_flash_varlen(compiled):
 def test_cudnn_packed_attention_all_long_and_all_short():
     """Every sample on cuDNN (a 1-token sample stays on FA2: cuDNN refuses it) and every sample
     on FA2 (threshold above all lengths)."""
-    from trainer.packed_attention import packed_attention
+    from swefleet.trainer.packed_attention import packed_attention
 
     q, k, v, cu, max_len = _inputs(seed=2)
     want = _grads(_flash, q, k, v, cu, max_len)

@@ -1,5 +1,5 @@
 """Expert parallelism on 2 GPUs (NCCL, grouped matmuls, varlen, bf16): two `python -m
-trainer.main` ranks with `expert_parallel=2` train a small Qwen3-MoE like two FSDP-only ranks
+swefleet.trainer.main` ranks with `expert_parallel=2` train a small Qwen3-MoE like two FSDP-only ranks
 (same losses and expert loads, one step replaying given routed experts; full-size exported
 weights within bf16 noise of each other), also with per-block compile + selective AC.
 
@@ -18,7 +18,7 @@ import torch
 from swefleet import routed_experts
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
 from tests.trainer_ranks import finish, launch_trainer_ranks, rl_sample, trainer_records
-from trainer.replay_check import SHAPES, make_moe_checkpoint
+from swefleet.trainer.replay_check import SHAPES, make_moe_checkpoint
 
 pytestmark = [
     pytest.mark.gpu,

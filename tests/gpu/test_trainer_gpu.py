@@ -58,8 +58,8 @@ def _hf_logprobs(ckpt, samples) -> np.ndarray:
 
 
 def test_cuda_logprobs_sdpa_fp32_and_varlen_bf16(sharp):
-    from trainer.forward import batch_logprobs
-    from trainer.titan import load_policy
+    from swefleet.trainer.forward import batch_logprobs
+    from swefleet.trainer.titan import load_policy
 
     samples = _samples([17, 64, 5, 33])
     arrays = pack_samples(samples)
@@ -85,8 +85,8 @@ def test_cudnn_packed_attention_logprobs_and_gradients_match_varlen(sharp):
     """attention='cudnn' (long samples on cuDNN, short runs on FA2) against FA2 varlen on the
     whole model: log-probs as close to transformers' fp32 as varlen's (this sharp model's bf16
     noise is ~1e-2 per token) and the same weight gradients within bf16 noise, compiled blocks."""
-    from trainer.forward import batch_logprobs, build_micro_batch, micro_batch_logprobs
-    from trainer.titan import load_policy
+    from swefleet.trainer.forward import batch_logprobs, build_micro_batch, micro_batch_logprobs
+    from swefleet.trainer.titan import load_policy
 
     samples = _samples([1500, 30, 40, 1100, 7], seed=4)
     arrays = pack_samples(samples)
@@ -143,7 +143,7 @@ def test_trainer_process_on_cuda(sharp, tmp_path, attention):
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "trainer.main", "--config", str(tmp_path / "job.json")],
+        [sys.executable, "-m", "swefleet.trainer.main", "--config", str(tmp_path / "job.json")],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -172,7 +172,7 @@ def test_trainer_process_on_cuda(sharp, tmp_path, attention):
 def test_chunked_lm_head_bf16_gradients_match_fp32():
     """The bf16-input / fp32-accumulate lm_head: values and both gradients close to an fp32
     reference (full logits, autograd)."""
-    from trainer.logprobs import token_logprobs
+    from swefleet.trainer.logprobs import token_logprobs
 
     g = torch.Generator(device="cuda").manual_seed(0)
     h = torch.randn(300, 256, device="cuda", generator=g, requires_grad=True)
@@ -191,9 +191,9 @@ def test_chunked_lm_head_bf16_gradients_match_fp32():
 
 def test_compiled_selective_ac_step_matches_eager(sharp):
     """compile + selective AC is the same step as eager (bf16 noise apart)."""
-    from trainer.config import TrainerConfig
-    from trainer.step import build_optimizer, train_step
-    from trainer.titan import load_policy
+    from swefleet.trainer.config import TrainerConfig
+    from swefleet.trainer.step import build_optimizer, train_step
+    from swefleet.trainer.titan import load_policy
 
     samples = _samples([40, 25, 60, 12])
     arrays = pack_samples(samples)
@@ -216,11 +216,11 @@ def test_qwen3_moe_varlen_bf16_and_router_replay(tmp_path):
     the trainer's own routing changes nothing; a step with replayed routing trains."""
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    from trainer import router_replay
-    from trainer.config import TrainerConfig
-    from trainer.forward import batch_logprobs
-    from trainer.step import build_optimizer, train_step
-    from trainer.titan import load_policy
+    from swefleet.trainer import router_replay
+    from swefleet.trainer.config import TrainerConfig
+    from swefleet.trainer.forward import batch_logprobs
+    from swefleet.trainer.step import build_optimizer, train_step
+    from swefleet.trainer.titan import load_policy
 
     config = Qwen3MoeConfig(
         hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=2,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_embedded_server
-from inference.testing import tiny_checkpoint
-from orchestrator.weight_sync import free_port
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_embedded_server
+from swefleet.inference.testing import tiny_checkpoint
+from swefleet.orchestrator.weight_sync import free_port
 from swefleet.weight_transfer import TransferGroup, marker_path
 from tests.integration.test_weight_sync_nccl import greedy, start_publish, wait_for
 
@@ -22,9 +22,9 @@ pytestmark = [
 
 
 async def test_nccl_broadcast_serves_exactly_the_exported_weights(tmp_path):
-    from trainer.export import export_hf
-    from trainer.titan import load_policy
-    from trainer.weight_broadcast import WeightBroadcaster
+    from swefleet.trainer.export import export_hf
+    from swefleet.trainer.titan import load_policy
+    from swefleet.trainer.weight_broadcast import WeightBroadcaster
 
     model_dir = tiny_checkpoint(tmp_path / "models")
     torch.cuda.set_device(0)

@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from agents.chat import ChatML
-from agents.config import AgentConfig
-from agents.context import compacted_instance
-from agents.loop import run_episode
-from agents.scaffolds import make_scaffold
-from agents.tokenizer import Tokenizer
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_embedded_server
-from inference.testing import tiny_checkpoint
+from swefleet.agents.chat import ChatML
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.context import compacted_instance
+from swefleet.agents.loop import run_episode
+from swefleet.agents.scaffolds import make_scaffold
+from swefleet.agents.tokenizer import Tokenizer
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_embedded_server
+from swefleet.inference.testing import tiny_checkpoint
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

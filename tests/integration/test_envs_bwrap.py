@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.config import FarmConfig, SandboxLimits
 
 pytestmark = [pytest.mark.integration]
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ CFG = FarmConfig(
 
 @pytest.fixture(scope="module", autouse=True)
 def _bwrap_usable():
-    from envs.bwrap.box import BwrapMissing, check_tools
+    from swefleet.envs.bwrap.box import BwrapMissing, check_tools
 
     try:
         check_tools()
@@ -42,7 +42,7 @@ def _bwrap_usable():
 
 
 async def _make(task, config: FarmConfig = CFG):
-    from envs.bwrap.sandbox import BwrapSandbox
+    from swefleet.envs.bwrap.sandbox import BwrapSandbox
 
     return await BwrapSandbox.create(task.image, run_id=RUN, config=config,
                                      workdir=task.workdir, instance_id=task.instance_id)
@@ -113,8 +113,8 @@ async def test_close_leaves_no_process(envs_tiny_task):
 def test_a_dead_farm_leaves_no_process(envs_tiny_task):
     script = textwrap.dedent(f"""
         import asyncio, os, sys
-        from envs.bwrap.sandbox import BwrapSandbox
-        from envs.config import FarmConfig
+        from swefleet.envs.bwrap.sandbox import BwrapSandbox
+        from swefleet.envs.config import FarmConfig
         async def main():
             sb = await BwrapSandbox.create({envs_tiny_task.image!r}, run_id="orphan",
                                            config=FarmConfig(backend="bwrap"))
@@ -135,15 +135,15 @@ def test_a_dead_farm_leaves_no_process(envs_tiny_task):
     while _pids_in_namespace(ns) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _pids_in_namespace(ns) == []
-    from envs.bwrap.box import sweep_dead
-    from envs.bwrap.rootfs import default_dir
+    from swefleet.envs.bwrap.box import sweep_dead
+    from swefleet.envs.bwrap.rootfs import default_dir
 
     left = sweep_dead(default_dir("sandboxes"))  # its copies: removed by the next process's first box
     assert any(d.name.startswith(f"{proc.pid}.") for d in left)
 
 
 async def test_farm_hands_out_sandboxes(envs_tiny_task):
-    from envs.backends import make_farm
+    from swefleet.envs.backends import make_farm
 
     async with make_farm(RUN, CFG) as farm:
         async with farm.acquire(envs_tiny_task) as sb:

@@ -24,7 +24,7 @@ N_TASKS = 1
 @pytest.fixture(scope="module")
 def no_docker_env(tmp_path_factory):
     """Environment of a machine without a Docker engine (a stub `docker` that fails)."""
-    from envs.bwrap.box import BwrapMissing, check_tools
+    from swefleet.envs.bwrap.box import BwrapMissing, check_tools
 
     try:
         check_tools()
@@ -42,8 +42,8 @@ def no_docker_env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def imported(request, no_docker_env):
     """The first quickstart tasks exported (with Docker) and imported (without)."""
-    from envs.bwrap.bundle import export_bundle
-    from envs.images import DEFAULT_BASE_IMAGE, image_exists
+    from swefleet.envs.bwrap.bundle import export_bundle
+    from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
 
     if not image_exists(DEFAULT_BASE_IMAGE):
         pytest.skip(f"base image {DEFAULT_BASE_IMAGE} missing: run `make base-image`")
@@ -63,7 +63,7 @@ def imported(request, no_docker_env):
     assert len(manifest["parts"]) >= 2 and all(p["size"] <= 40 << 20 for p in manifest["parts"])
     env = no_docker_env
     cache = tmp / "cache"
-    proc = subprocess.run([sys.executable, "-m", "envs.bwrap.bundle", "import", str(tmp / "out"),
+    proc = subprocess.run([sys.executable, "-m", "swefleet.envs.bwrap.bundle", "import", str(tmp / "out"),
                            "--cache", str(cache)], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -90,8 +90,8 @@ def test_eval_from_an_imported_bundle_without_docker(tmp_path, imported, no_dock
 
 
 def test_missing_image_is_one_clear_error(tmp_path, imported, no_docker_env):
-    from envs.bwrap.rootfs import ensure_rootfs
-    from envs.protocol import InfraError
+    from swefleet.envs.bwrap.rootfs import ensure_rootfs
+    from swefleet.envs.protocol import InfraError
 
     env = no_docker_env
     old = dict(os.environ)
@@ -106,10 +106,10 @@ def test_missing_image_is_one_clear_error(tmp_path, imported, no_docker_env):
 
 _NON_ROOT = """
 import asyncio, json, sys
-from envs.bwrap.grading import BwrapGrader
-from envs.bwrap.sandbox import BwrapSandbox
-from envs.config import BwrapConfig, FarmConfig, SandboxLimits
-from envs.tasks import load_tasks
+from swefleet.envs.bwrap.grading import BwrapGrader
+from swefleet.envs.bwrap.sandbox import BwrapSandbox
+from swefleet.envs.config import BwrapConfig, FarmConfig, SandboxLimits
+from swefleet.envs.tasks import load_tasks
 
 cache, state = sys.argv[1:3]
 bw = BwrapConfig(cache_dir=cache, state_dir=state, bwrap_path=cache + "/bin/bwrap")

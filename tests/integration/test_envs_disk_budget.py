@@ -11,10 +11,10 @@ import uuid
 import docker.errors
 import pytest
 
-from envs import containers, reaper
-from envs.config import FarmConfig, SandboxLimits
-from envs.farm import DockerFarm
-from envs.protocol import DiskBudgetExceeded, InfraError
+from swefleet.envs import containers, reaper
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.farm import DockerFarm
+from swefleet.envs.protocol import DiskBudgetExceeded, InfraError
 from swefleet.types import EpisodeStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -98,10 +98,10 @@ class _NoGrader:
 
 
 async def test_episode_ends_limit_disk_scored_zero_not_infra(client, tok, envs_tiny_task):
-    from agents.config import AgentConfig
-    from agents.scripted import ScriptedModel
-    from orchestrator.advantages import is_scored
-    from orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
+    from swefleet.agents.config import AgentConfig
+    from swefleet.agents.scripted import ScriptedModel
+    from swefleet.orchestrator.advantages import is_scored
+    from swefleet.orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
     from swefleet.types import NON_SCORABLE
 
     task = envs_tiny_task.model_copy(update={"sandbox": BUDGET})

@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 
-from envs import containers, reaper
-from envs.config import FarmConfig, SandboxLimits
-from envs.farm import DockerFarm
-from envs.protocol import InfraError
-from envs.sandbox import ImageMissing
+from swefleet.envs import containers, reaper
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.farm import DockerFarm
+from swefleet.envs.protocol import InfraError
+from swefleet.envs.sandbox import ImageMissing
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 LIMITS = SandboxLimits(memory_mb=256, pids_limit=128, lifetime_s=600)
@@ -114,7 +114,7 @@ async def test_sandbox_removed_when_episode_is_cancelled(client, envs_tiny_task)
 
 def _empty_image(client) -> str:
     """An image with no `sleep` at all: every container fails to start (an infra failure)."""
-    from envs.images import image_exists
+    from swefleet.envs.images import image_exists
 
     if image_exists("swefleet-test-empty:v1"):
         return "swefleet-test-empty:v1"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.config import GradingConfig
-from envs.gradelog import regrade_from_log
-from envs.grading import DockerGrader, grade_many
-from envs.tasks import load_tasks, prepare_task_images, resolve_source_dir, source_patch_of
+from swefleet.envs.config import GradingConfig
+from swefleet.envs.gradelog import regrade_from_log
+from swefleet.envs.grading import DockerGrader, grade_many
+from swefleet.envs.tasks import load_tasks, prepare_task_images, resolve_source_dir, source_patch_of
 from swefleet.types import GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ def bundled_tasks() -> list[Task]:
     """The quickstart tasks with their images built (skips without Docker or base image)."""
     import docker.errors
 
-    from envs.images import DEFAULT_BASE_IMAGE, image_exists
+    from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
 
     try:
         if not image_exists(DEFAULT_BASE_IMAGE):

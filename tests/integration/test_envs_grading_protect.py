@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from envs.config import GradingConfig
-from envs.gradelog import reward_of
-from envs.grading import DockerGrader
+from swefleet.envs.config import GradingConfig
+from swefleet.envs.gradelog import reward_of
+from swefleet.envs.grading import DockerGrader
 from swefleet.types import GradeStatus, Task
 from tests.integration.test_envs_grading_docker import (
     RUN_ID,
@@ -114,7 +114,7 @@ def test_guard_fails_a_patch_whose_protected_file_the_header_reader_missed(
 ):
     """Second layer: should the header reader miss a file (here: it is switched off), the files
     written by applying the patch are checked, and a protected one fails the patch."""
-    monkeypatch.setattr("envs.grading.drop_protected", lambda patch, globs: (patch, []))
+    monkeypatch.setattr("swefleet.envs.grading.drop_protected", lambda patch, globs: (patch, []))
     r = grader.grade_sync(task, task.patch + new_file_patch("a/b/conftest.py", "x = 1\n"))
     assert r.status == GradeStatus.error and r.reason.startswith("patch did not apply"), r.log
     assert "a/b/conftest.py" in r.reason and reward_of(r) == 0.0

@@ -11,9 +11,9 @@ import uuid
 import pytest
 import pytest_asyncio
 
-from envs.config import FarmConfig, SandboxLimits
-from envs.protocol import DiskBudgetExceeded, RepositoryBroken
-from envs.sandbox import DockerSandbox, PatchTooLarge
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.protocol import DiskBudgetExceeded, RepositoryBroken
+from swefleet.envs.sandbox import DockerSandbox, PatchTooLarge
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 RUN = f"test-hostile-{uuid.uuid4().hex[:8]}"
@@ -27,7 +27,7 @@ CFG = FarmConfig(
 
 @pytest.fixture(scope="module")
 def client():
-    from envs.containers import docker_client
+    from swefleet.envs.containers import docker_client
 
     return docker_client()
 
@@ -44,7 +44,7 @@ async def sb(client, envs_tiny_task):
     box = await _make(client, envs_tiny_task)
     yield box
     await box.close()
-    from envs.reaper import leftover_containers
+    from swefleet.envs.reaper import leftover_containers
 
     assert leftover_containers(client, RUN) == []
 

@@ -9,13 +9,13 @@ import uuid
 
 import pytest
 
-from envs.tasks import TaskFileError, load_tasks, prepare_task_images
+from swefleet.envs.tasks import TaskFileError, load_tasks, prepare_task_images
 
 pytestmark = pytest.mark.integration
 
 
 def test_source_patch_that_does_not_apply_names_the_task_and_the_error(tmp_path):
-    from envs.images import DEFAULT_BASE_IMAGE, image_exists
+    from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
 
     if not image_exists(DEFAULT_BASE_IMAGE):
         pytest.skip(f"base image {DEFAULT_BASE_IMAGE} missing")

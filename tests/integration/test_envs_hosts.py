@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from envs import reaper
-from envs.config import DockerHost, FarmConfig, SandboxLimits
-from envs.farm import DockerFarm
-from envs.grading import DockerGrader
-from envs.hosts import HostSet
+from swefleet.envs import reaper
+from swefleet.envs.config import DockerHost, FarmConfig, SandboxLimits
+from swefleet.envs.farm import DockerFarm
+from swefleet.envs.grading import DockerGrader
+from swefleet.envs.hosts import HostSet
 from swefleet.types import EpisodeStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -79,7 +79,7 @@ def _config(second_url: str, cap: int) -> FarmConfig:
 
 
 def _script(hold: str) -> list[str]:
-    from agents.scaffolds import SUBMIT_SENTINEL
+    from swefleet.agents.scaffolds import SUBMIT_SENTINEL
 
     return ["Fix it.\n```bash\nsed -i 's/a - b/a + b/' calc.py\n```",
             f"Wait.\n```bash\n{hold}\n```", f"```bash\necho {SUBMIT_SENTINEL}\n```"]
@@ -99,9 +99,9 @@ class _Peaks:
 
 
 async def _episodes(farm, grader, tok, task, n: int, hold: str, sunk: list, *, on_start=None):
-    from agents.config import AgentConfig
-    from agents.scripted import ScriptedModel
-    from orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
+    from swefleet.agents.config import AgentConfig
+    from swefleet.agents.scripted import ScriptedModel
+    from swefleet.orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
 
     ctx = RolloutContext(farm=farm, grader=grader, model=ScriptedModel(tok, _script(hold)),
                          tokenizer=tok, agent=AgentConfig(command_timeout_s=60, max_steps=5))

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from envs import reaper
-from envs.config import DockerHost, FarmConfig
-from envs.farm import DockerFarm
-from envs.grading import DockerGrader
-from envs.hosts import Host, HostSet
+from swefleet.envs import reaper
+from swefleet.envs.config import DockerHost, FarmConfig
+from swefleet.envs.farm import DockerFarm
+from swefleet.envs.grading import DockerGrader
+from swefleet.envs.hosts import Host, HostSet
 from swefleet.types import EpisodeStatus
 from tests.integration.test_envs_hosts import LIMITS, LOCAL_URL, _engine, _episodes
 

@@ -12,9 +12,9 @@ import uuid
 import pytest
 import pytest_asyncio
 
-from envs.config import FarmConfig, SandboxLimits
-from envs.protocol import InfraError
-from envs.sandbox import ContainerDied, DockerSandbox
+from swefleet.envs.config import FarmConfig, SandboxLimits
+from swefleet.envs.protocol import InfraError
+from swefleet.envs.sandbox import ContainerDied, DockerSandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 RUN = f"test-sandbox-{uuid.uuid4().hex[:8]}"
@@ -29,7 +29,7 @@ CFG = FarmConfig(
 
 @pytest.fixture(scope="module")
 def client():
-    from envs.containers import docker_client
+    from swefleet.envs.containers import docker_client
 
     return docker_client()
 

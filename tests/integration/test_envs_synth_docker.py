@@ -19,9 +19,9 @@ BUNDLED = REPO / "envs" / "data" / "pypi" / "tasks.jsonl"
 
 @pytest.fixture(scope="module")
 def ready():
-    from envs.images import DEFAULT_BASE_IMAGE, image_exists
-    from envs.synth.fetch import FetchError, fetch_sdist
-    from envs.synth.recipe import load_recipe
+    from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
+    from swefleet.envs.synth.fetch import FetchError, fetch_sdist
+    from swefleet.envs.synth.recipe import load_recipe
 
     if not image_exists(DEFAULT_BASE_IMAGE):
         pytest.skip(f"base image {DEFAULT_BASE_IMAGE} missing: run `make base-image`")
@@ -53,7 +53,7 @@ def generated(ready, tmp_path_factory) -> Path:
 
 
 def test_generated_tasks_are_well_formed(generated):
-    from envs.tasks import load_tasks
+    from swefleet.envs.tasks import load_tasks
 
     tasks = load_tasks(generated)
     assert len(tasks) == 2
@@ -68,7 +68,7 @@ def test_generated_tasks_are_well_formed(generated):
 
 
 def test_task_image_holds_only_the_buggy_state(generated):
-    from envs.tasks import load_tasks, prepare_task_images
+    from swefleet.envs.tasks import load_tasks, prepare_task_images
 
     task = prepare_task_images(load_tasks(generated)[:1], generated)[0]
     hidden = task.FAIL_TO_PASS[0].split("::")[-1].split("[")[0]

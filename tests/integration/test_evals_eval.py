@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.stats import wilson_interval
+from swefleet.evals.stats import wilson_interval
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

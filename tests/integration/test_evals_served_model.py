@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from inference.config import InferenceConfig
-from inference.launch import start_configured_server
-from inference.testing import tiny_checkpoint
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.launch import start_configured_server
+from swefleet.inference.testing import tiny_checkpoint
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_unserved_model_name_fails_at_startup_naming_the_served_models(tmp_path,
 
 
 def test_served_name_passes_and_no_name_is_not_checked(server):
-    from evals.served import check_served_model
+    from swefleet.evals.served import check_served_model
 
     assert check_served_model(server.url, SERVED, timeout_s=5.0) == [SERVED]
     assert check_served_model(server.url, "", timeout_s=5.0) == [SERVED]
@@ -93,8 +93,8 @@ def test_unreachable_server_fails_at_startup(tmp_path, model_dir):
 async def test_server_that_lists_no_models_is_not_checked(status, body, caplog):
     import asyncio
 
-    from evals.served import check_served_model
-    from inference.testing import RawServer
+    from swefleet.evals.served import check_served_model
+    from swefleet.inference.testing import RawServer
 
     async with RawServer(status, body) as raw:
         names = await asyncio.to_thread(check_served_model, raw.url, "any", 5.0)

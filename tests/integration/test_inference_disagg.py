@@ -11,17 +11,17 @@ import time
 import httpx
 import pytest
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_server
-from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import RawServer
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_server
+from swefleet.inference.protocol import CancelReason, RequestCancelled
+from swefleet.inference.testing import RawServer
 
 pytestmark = pytest.mark.integration
 
 
 def scripted(role: str, log_dir, name: str):
-    argv = [sys.executable, "-m", "inference.scripted_server", "--port", "0", "--role", role]
+    argv = [sys.executable, "-m", "swefleet.inference.scripted_server", "--port", "0", "--role", role]
     return start_server(argv, log_path=log_dir / f"{name}.log", startup_timeout_s=60)
 
 

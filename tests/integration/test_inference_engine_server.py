@@ -10,11 +10,11 @@ import httpx
 import pytest
 import torch
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_embedded_server
-from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import perturbed_checkpoint, reference_logprobs
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_embedded_server
+from swefleet.inference.protocol import CancelReason, RequestCancelled
+from swefleet.inference.testing import perturbed_checkpoint, reference_logprobs
 
 pytestmark = pytest.mark.integration
 
@@ -175,7 +175,7 @@ def test_health_and_metrics(http):
 
 
 async def test_fleet_reads_the_servers_window_and_fits_the_agent_budget(server, http):
-    from agents.config import AgentConfig, fit_context_budget
+    from swefleet.agents.config import AgentConfig, fit_context_budget
 
     window = http.get("/v1/models").json()["data"][0]["max_model_len"]
     async with FleetClient([server.url, "http://127.0.0.1:9"], InferenceConfig()) as fleet:

@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient, WeightUpdateError
-from inference.launch import start_scripted_server
-from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import RawServer
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient, WeightUpdateError
+from swefleet.inference.launch import start_scripted_server
+from swefleet.inference.protocol import CancelReason, RequestCancelled
+from swefleet.inference.testing import RawServer
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import asyncio
 import httpx
 import pytest
 
-from inference.config import ConcurrencyConfig, InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_scripted_server
+from swefleet.inference.config import ConcurrencyConfig, InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_scripted_server
 
 pytestmark = pytest.mark.integration
 

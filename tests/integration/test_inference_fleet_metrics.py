@@ -8,15 +8,15 @@ import sys
 
 import pytest
 
-from inference.config import ConcurrencyConfig, InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_server
+from swefleet.inference.config import ConcurrencyConfig, InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_server
 
 pytestmark = pytest.mark.integration
 
 
 def scripted(tmp_path, name: str, *flags: str):
-    argv = [sys.executable, "-m", "inference.scripted_server", "--port", "0", *flags]
+    argv = [sys.executable, "-m", "swefleet.inference.scripted_server", "--port", "0", *flags]
     return start_server(argv, log_path=tmp_path / f"{name}.log", startup_timeout_s=60)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inference.launch import start_scripted_server
+from swefleet.inference.launch import start_scripted_server
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import HeadReplyServer, RawServer
-from inference.transport import ConnectFailed, ConnectionLost, Transport
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.protocol import CancelReason, RequestCancelled
+from swefleet.inference.testing import HeadReplyServer, RawServer
+from swefleet.inference.transport import ConnectFailed, ConnectionLost, Transport
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import HeadReplyServer, RawServer
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.protocol import CancelReason, RequestCancelled
+from swefleet.inference.testing import HeadReplyServer, RawServer
 
 pytestmark = pytest.mark.integration
 

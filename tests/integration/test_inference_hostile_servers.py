@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from inference.launch import start_scripted_server
-from inference.scripted_server import MAX_MODEL_LEN
+from swefleet.inference.launch import start_scripted_server
+from swefleet.inference.scripted_server import MAX_MODEL_LEN
 
 pytestmark = pytest.mark.integration
 

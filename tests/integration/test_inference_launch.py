@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from inference.launch import ServerStartError, start_scripted_server, start_server
+from swefleet.inference.launch import ServerStartError, start_scripted_server, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ def test_context_manager_stops_the_whole_process_group(tmp_path):
 
 
 def test_process_that_exits_raises_with_its_log(tmp_path):
-    argv = [sys.executable, "-m", "inference.scripted_server", "--delay-s", "not-a-number"]
+    argv = [sys.executable, "-m", "swefleet.inference.scripted_server", "--delay-s", "not-a-number"]
     with pytest.raises(ServerStartError, match="exited with 2") as info:
         start_server(argv, log_path=tmp_path / "bad.log", startup_timeout_s=30)
     assert "invalid float value" in str(info.value)

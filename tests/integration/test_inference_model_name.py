@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_configured_server
-from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import tiny_checkpoint
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_configured_server
+from swefleet.inference.protocol import CancelReason, RequestCancelled
+from swefleet.inference.testing import tiny_checkpoint
 
 pytestmark = pytest.mark.integration
 SERVED = "policy"

@@ -11,12 +11,12 @@ import time
 import httpx
 import pytest
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_embedded_server, start_scripted_server
-from inference.protocol import CancelReason, RequestCancelled
-from inference.testing import RawServer, tiny_checkpoint
-from inference.wire import CompletionStreamResponse
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_embedded_server, start_scripted_server
+from swefleet.inference.protocol import CancelReason, RequestCancelled
+from swefleet.inference.testing import RawServer, tiny_checkpoint
+from swefleet.inference.wire import CompletionStreamResponse
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inference.fleet import FleetClient
-from inference.fleet_launch import ServerFleet
-from inference.supervisor import NoServersLeft, Supervisor
-from inference.testing import perturbed_checkpoint
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.fleet_launch import ServerFleet
+from swefleet.inference.supervisor import NoServersLeft, Supervisor
+from swefleet.inference.testing import perturbed_checkpoint
 from swefleet.config import RunConfig
 from swefleet.topology import resolve_topology
 

@@ -168,7 +168,7 @@ def test_sigkill_of_rl_leaves_no_trainer_rank(tiny, tmp_path):
 def test_sigkill_of_torchrun_kills_its_ranks(tmp_path):
     """What `stop_trainer` falls back to when torchrun does not stop in time: its ranks must not
     outlive it (`trainer.main.bind_to_torchrun`)."""
-    rank = ("import time; from trainer.main import bind_to_torchrun; bind_to_torchrun(); "
+    rank = ("import time; from swefleet.trainer.main import bind_to_torchrun; bind_to_torchrun(); "
             "print('bound', flush=True); time.sleep(300)")  # fmt: skip
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            f"--log-dir={tmp_path}", "--tee=3", "--no-python", sys.executable, "-c", rank]  # fmt: skip
@@ -187,7 +187,7 @@ def test_sigkill_of_torchrun_kills_its_ranks(tmp_path):
 
 def test_a_failing_rank_is_reported_with_its_error(tmp_path):
     """`trainer_problem` on a torchrun trainer whose ranks fail: the exit and the rank's error."""
-    from orchestrator.trainer_proc import start_trainer, stop_trainer, trainer_problem
+    from swefleet.orchestrator.trainer_proc import start_trainer, stop_trainer, trainer_problem
     from swefleet.config import RunConfig
     from swefleet.rundir import RunDir
 

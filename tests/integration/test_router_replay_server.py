@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient
-from inference.launch import start_embedded_server
-from orchestrator.advantages import trajectory_samples
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.launch import start_embedded_server
+from swefleet.orchestrator.advantages import trajectory_samples
 from swefleet import routed_experts
 from swefleet.batch import pack_samples
 from swefleet.tinymodel import PRESETS, create_tiny_model
@@ -45,8 +45,8 @@ async def _two_turns(url: str) -> list[Turn]:
 
 
 def test_routed_experts_over_http_into_a_replayed_batch(tmp_path):
-    from trainer.forward import batch_logprobs
-    from trainer.titan import load_policy
+    from swefleet.trainer.forward import batch_logprobs
+    from swefleet.trainer.titan import load_policy
 
     ckpt = create_tiny_model(tmp_path / "tiny-moe", preset="tiny-moe")
     with start_embedded_server(ckpt, log_path=tmp_path / "server.log", threads=1) as server:

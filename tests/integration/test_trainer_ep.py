@@ -1,4 +1,4 @@
-"""Expert parallelism on CPU: two `python -m trainer.main` ranks (gloo; the environment torchrun
+"""Expert parallelism on CPU: two `python -m swefleet.trainer.main` ranks (gloo; the environment torchrun
 would set) with `expert_parallel=2` train a tiny Qwen3-MoE like one process does (same losses,
 expert loads, full-size exported weights), one step replaying given routed experts, and their
 DCP checkpoint (experts sharded by expert) resumes in one process and on two EP ranks."""
@@ -22,9 +22,9 @@ from tests.trainer_ranks import (
     trainer_job,
     trainer_records,
 )
-from trainer.config import TrainerJob
-from trainer.main import StopFlag, run
-from trainer.replay_check import SHAPES, make_moe_checkpoint
+from swefleet.trainer.config import TrainerJob
+from swefleet.trainer.main import StopFlag, run
+from swefleet.trainer.replay_check import SHAPES, make_moe_checkpoint
 
 pytestmark = pytest.mark.integration
 SHAPE = SHAPES["tiny"]  # 8 experts, top 2, 2 layers, vocab 256

@@ -31,7 +31,7 @@ def _arrays() -> dict:
 
 
 def _config():
-    from trainer.config import TrainerConfig
+    from swefleet.trainer.config import TrainerConfig
 
     return TrainerConfig(device="cpu", lr=3e-3, micro_batch_tokens=64, logprob_chunk_size=16,
                          float8="tensorwise", float8_filter="all")  # fmt: skip
@@ -44,8 +44,8 @@ def _train(model_dir: str, world: int, all_gather: bool = True) -> tuple[list[fl
     from torchao.float8.float8_linear import Float8Linear
     from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
 
-    from trainer.step import build_optimizer, train_step
-    from trainer.titan import load_policy
+    from swefleet.trainer.step import build_optimizer, train_step
+    from swefleet.trainer.titan import load_policy
 
     cfg = _config()
     policy = load_policy(Path(model_dir), torch.device("cpu"), "sdpa", dp_size=world,

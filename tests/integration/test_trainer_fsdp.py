@@ -1,4 +1,4 @@
-"""FSDP2 on CPU: two `python -m trainer.main` ranks (gloo; the environment torchrun would set)
+"""FSDP2 on CPU: two `python -m swefleet.trainer.main` ranks (gloo; the environment torchrun would set)
 train the same steps as one process, and their sharded DCP checkpoint resumes in one process."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tests.trainer_ranks import (
     trainer_job,
     trainer_records,
 )
-from trainer.config import TrainerJob
-from trainer.main import StopFlag, run
+from swefleet.trainer.config import TrainerJob
+from swefleet.trainer.main import StopFlag, run
 
 pytestmark = pytest.mark.integration
 

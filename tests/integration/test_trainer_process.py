@@ -77,8 +77,8 @@ def _random_samples(rng, lengths, vocab=1024):
 def test_logprobs_match_transformers(sharp):
     from transformers import AutoModelForCausalLM
 
-    from trainer.forward import batch_logprobs
-    from trainer.titan import load_policy
+    from swefleet.trainer.forward import batch_logprobs
+    from swefleet.trainer.titan import load_policy
 
     samples = _random_samples(np.random.default_rng(0), [17, 40, 5, 23])
     arrays = pack_samples(samples)
@@ -97,8 +97,8 @@ def test_hf_round_trip_is_exact_before_any_step(tiny, tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from trainer.export import export_hf, state_dicts_equal
-    from trainer.titan import load_policy
+    from swefleet.trainer.export import export_hf, state_dicts_equal
+    from swefleet.trainer.titan import load_policy
 
     policy = load_policy(tiny, torch.device("cpu"), "sdpa")
     out = export_hf(policy, tmp_path / "weights" / "v000000", {"version": 0})
@@ -123,7 +123,7 @@ def _trainer(args: list[str], **kw) -> subprocess.Popen:
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "trainer.main", *args],
+        [sys.executable, "-m", "swefleet.trainer.main", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

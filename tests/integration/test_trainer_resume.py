@@ -12,8 +12,8 @@ import torch
 
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
 from swefleet.tinymodel import create_tiny_model
-from trainer.config import TrainerJob
-from trainer.main import StopFlag, run
+from swefleet.trainer.config import TrainerJob
+from swefleet.trainer.main import StopFlag, run
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def _weights(run_dir: Path, version: int) -> dict[str, torch.Tensor]:
 
 
 def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(tiny, batches, tmp_path):
-    from trainer.export import state_dicts_equal
+    from swefleet.trainer.export import state_dicts_equal
 
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
     assert run(_job(tiny, batches, straight, 4, None), StopFlag()) == 0
@@ -118,7 +118,7 @@ def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(tiny, batches, tmp
 
 def test_no_checkpoint_older_than_start_version_is_used(tiny, batches, tmp_path):
     """A checkpoint directory whose newest checkpoint precedes start_version is ignored."""
-    from trainer.checkpoint import latest_checkpoint
+    from swefleet.trainer.checkpoint import latest_checkpoint
 
     run_dir = tmp_path / "r"
     assert run(_job(tiny, batches, run_dir, 1, 1), StopFlag()) == 0

@@ -15,7 +15,7 @@ import torch
 
 from swefleet.tinymodel import create_tiny_model
 from tests.trainer_ranks import finish, launch_trainer_ranks
-from trainer.export import INDEX_FILE, state_dicts_equal
+from swefleet.trainer.export import INDEX_FILE, state_dicts_equal
 
 pytestmark = pytest.mark.integration
 SHARD_BYTES = 200_000  # the tiny models are 0.8-1.3 MB in fp32: 4-7 files
@@ -70,7 +70,7 @@ def test_two_rank_sharded_export_round_trips(preset, exported):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from inference.engine.weights import read_weights
+    from swefleet.inference.engine.weights import read_weights
 
     source, out = exported[preset]
     sharded = out / "sharded"

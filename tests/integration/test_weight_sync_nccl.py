@@ -17,10 +17,10 @@ import httpx
 import pytest
 import torch
 
-from inference.config import InferenceConfig
-from inference.fleet import FleetClient, WeightUpdateError
-from inference.launch import start_server
-from orchestrator.weight_sync import free_port
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.fleet import FleetClient, WeightUpdateError
+from swefleet.inference.launch import start_server
+from swefleet.orchestrator.weight_sync import free_port
 from swefleet.weight_transfer import (
     GROUP_FILE,
     BroadcastMarker,
@@ -38,7 +38,7 @@ SERVER_MAX_BATCH_SIZE = 4  # the `server` fixture's (tests/conftest.py)
 @pytest.fixture(scope="module")
 def policy(model_dir):
     """The trainer's torchtitan policy on the tiny model, weights moved off the checkpoint."""
-    from trainer.titan import load_policy
+    from swefleet.trainer.titan import load_policy
 
     torch.set_num_threads(1)
     policy = load_policy(model_dir, torch.device("cpu"), "sdpa")
@@ -86,8 +86,8 @@ async def wait_for(path, thread) -> None:
 async def test_broadcast_serves_exactly_the_exported_weights(server, policy, tmp_path):
     from safetensors.torch import load_file
 
-    from trainer.export import export_hf
-    from trainer.weight_broadcast import WeightBroadcaster
+    from swefleet.trainer.export import export_hf
+    from swefleet.trainer.weight_broadcast import WeightBroadcaster
 
     weights = tmp_path / "weights"
     weights.mkdir()
@@ -141,7 +141,7 @@ async def test_marker_naming_a_directory_loads_it(server, model_dir, tmp_path):
 
 
 async def test_rendezvous_timeouts_fail_with_a_message(server, policy, tmp_path):
-    from trainer.weight_broadcast import WeightBroadcaster
+    from swefleet.trainer.weight_broadcast import WeightBroadcaster
 
     # the trainer alone: a worker that never joins fails its publish, it does not hang
     lonely = WeightBroadcaster(group(2, timeout_s=2), 1 << 20, tmp_path, rank=0)
@@ -158,7 +158,7 @@ async def test_rendezvous_timeouts_fail_with_a_message(server, policy, tmp_path)
 
 
 async def test_vllm_weight_transfer_call_sequence(tmp_path):
-    argv = [sys.executable, "-m", "inference.scripted_server", "--port", "0", "--world-size", "2"]
+    argv = [sys.executable, "-m", "swefleet.inference.scripted_server", "--port", "0", "--world-size", "2"]
     with start_server(argv, log_path=tmp_path / "a.log") as a, \
             start_server(argv, log_path=tmp_path / "b.log") as b:
         cfg = InferenceConfig(kind="external", servers=[a.url, b.url], server_api="vllm",

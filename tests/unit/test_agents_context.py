@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.chat import ChatML
-from agents.config import AgentConfig
-from agents.context import compacted_instance, compacted_prompt
-from agents.loop import run_episode
-from agents.scaffolds import SUBMIT_SENTINEL, make_scaffold
-from agents.scripted import ScriptedModel
-from agents.tokenizer import Tokenizer
+from swefleet.agents.chat import ChatML
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.context import compacted_instance, compacted_prompt
+from swefleet.agents.loop import run_episode
+from swefleet.agents.scaffolds import SUBMIT_SENTINEL, make_scaffold
+from swefleet.agents.scripted import ScriptedModel
+from swefleet.agents.tokenizer import Tokenizer
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.config import AgentConfig, fit_context_budget
+from swefleet.agents.config import AgentConfig, fit_context_budget
 
 pytestmark = pytest.mark.unit
 

@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from agents.export import (
+from swefleet.agents.export import (
     append_trajectories,
     read_trajectories,
     read_trajectory,
     write_predictions,
     write_trajectory,
 )
-from agents.scripted import ScriptedModel, ScriptedReply, ScriptExhausted
-from inference.protocol import CancelReason, RequestCancelled
+from swefleet.agents.scripted import ScriptedModel, ScriptedReply, ScriptExhausted
+from swefleet.inference.protocol import CancelReason, RequestCancelled
 from swefleet.types import EpisodeStatus, Trajectory, Turn
 
 pytestmark = pytest.mark.unit

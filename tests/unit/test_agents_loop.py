@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.chat import ChatML
-from agents.config import AgentConfig
-from agents.loop import run_episode
-from agents.scaffolds import SUBMIT_SENTINEL, BashScaffold
-from agents.scripted import ScriptedModel, ScriptedReply
-from envs.protocol import DiskBudgetExceeded, InfraError
-from inference.protocol import CancelReason, Completion, RequestCancelled
+from swefleet.agents.chat import ChatML
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.loop import run_episode
+from swefleet.agents.scaffolds import SUBMIT_SENTINEL, BashScaffold
+from swefleet.agents.scripted import ScriptedModel, ScriptedReply
+from swefleet.envs.protocol import DiskBudgetExceeded, InfraError
+from swefleet.inference.protocol import CancelReason, Completion, RequestCancelled
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

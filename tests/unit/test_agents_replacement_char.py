@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import AgentConfig
-from agents.loop import run_episode
-from agents.scaffolds import SUBMIT_SENTINEL
-from agents.scripted import ScriptedModel, ScriptedReply
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.loop import run_episode
+from swefleet.agents.scaffolds import SUBMIT_SENTINEL
+from swefleet.agents.scripted import ScriptedModel, ScriptedReply
 from swefleet.types import EpisodeStatus, Task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers
@@ -111,7 +111,7 @@ def test_vocab_without_byte_level_decoder_counts_any_replacement_char(tmp_path):
     from tokenizers import Tokenizer as Backend
     from tokenizers import models, pre_tokenizers
 
-    from agents.tokenizer import Tokenizer
+    from swefleet.agents.tokenizer import Tokenizer
 
     vocab = {"<|im_start|>": 0, "<|im_end|>": 1, "caf": 2, "\ufffd": 3, "ok": 4, "[UNK]": 5}
     backend = Backend(models.WordLevel(vocab, unk_token="[UNK]"))

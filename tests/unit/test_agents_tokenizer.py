@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.chat import ChatML
-from agents.tokenizer import Tokenizer
+from swefleet.agents.chat import ChatML
+from swefleet.agents.tokenizer import Tokenizer
 from swefleet.tinymodel import train_tokenizer
 
 pytestmark = pytest.mark.unit

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.chat import ChatML
-from agents.config import AgentConfig
-from agents.loop import run_episode
-from agents.prompts import PROMPTS_DIR
-from agents.protocol import Action, FormatError
-from agents.scaffolds import ToolScaffold, make_scaffold
-from agents.scaffolds.tool_calls import ARGUMENTS, parse_tool_call, tool_schemas
-from agents.scripted import ScriptedModel
+from swefleet.agents.chat import ChatML
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.loop import run_episode
+from swefleet.agents.prompts import PROMPTS_DIR
+from swefleet.agents.protocol import Action, FormatError
+from swefleet.agents.scaffolds import ToolScaffold, make_scaffold
+from swefleet.agents.scaffolds.tool_calls import ARGUMENTS, parse_tool_call, tool_schemas
+from swefleet.agents.scripted import ScriptedModel
 from swefleet.types import EpisodeStatus, Task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

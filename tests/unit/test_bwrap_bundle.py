@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.bwrap.bundle import import_bundle, main
-from envs.bwrap.layers import compress
-from envs.bwrap.pack import BundleError, PackWriter, check_parts, open_blob
+from swefleet.envs.bwrap.bundle import import_bundle, main
+from swefleet.envs.bwrap.layers import compress
+from swefleet.envs.bwrap.pack import BundleError, PackWriter, check_parts, open_blob
 
 pytestmark = [pytest.mark.unit]
 

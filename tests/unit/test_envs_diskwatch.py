@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from envs.config import SandboxLimits
-from envs.diskwatch import MIB, DiskWatchdog
+from swefleet.envs.config import SandboxLimits
+from swefleet.envs.diskwatch import MIB, DiskWatchdog
 
 pytestmark = pytest.mark.unit
 

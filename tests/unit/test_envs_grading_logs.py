@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from envs import gradelog as g
-from envs import grading
-from envs import swebench_io as sio
+from swefleet.envs import gradelog as g
+from swefleet.envs import grading
+from swefleet.envs import swebench_io as sio
 from swefleet.types import GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.unit
@@ -421,7 +421,7 @@ def test_reading_logs_needs_neither_docker_nor_datasets():
     code = (
         "import sys\n"
         "for m in ('datasets', 'docker', 'modal'): sys.modules[m] = None\n"
-        "from envs.gradelog import get_log_parser\n"
+        "from swefleet.envs.gradelog import get_log_parser\n"
         "assert get_log_parser('pytest') is not None\n"
         "from swebench.harness.grading import get_eval_tests_report\n"
         "print('ok')\n"

@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from pydantic import ValidationError
 
-from envs.config import DockerHost, FarmConfig
-from envs.hosts import (
+from swefleet.envs.config import DockerHost, FarmConfig
+from swefleet.envs.hosts import (
     Host,
     HostSet,
     NoHealthyHost,
@@ -26,7 +26,7 @@ from envs.hosts import (
     recorded_hosts,
     ssh_command,
 )
-from envs.protocol import InfraError
+from swefleet.envs.protocol import InfraError
 
 pytestmark = pytest.mark.unit
 

@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from envs.config import FarmConfig, GradingConfig
-from envs.patchfiles import split_patch
-from envs.protect import drop_protected, matches, pytest_section
+from swefleet.envs.config import FarmConfig, GradingConfig
+from swefleet.envs.patchfiles import split_patch
+from swefleet.envs.protect import drop_protected, matches, pytest_section
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from envs import shell
+from swefleet.envs import shell
 
 pytestmark = pytest.mark.unit
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.gradelog import patch_paths
-from envs.synth.build import recipe_path_of
-from envs.synth.recipe import load_recipe
-from envs.tasks import load_tasks
+from swefleet.envs.gradelog import patch_paths
+from swefleet.envs.synth.build import recipe_path_of
+from swefleet.envs.synth.recipe import load_recipe
+from swefleet.envs.tasks import load_tasks
 
 pytestmark = pytest.mark.unit
 BUNDLED = Path(__file__).resolve().parents[2] / "envs" / "data" / "pypi" / "tasks.jsonl"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.synth.hide import hide_tests, split_test_id
+from swefleet.envs.synth.hide import hide_tests, split_test_id
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import ast
 
 import pytest
 
-from envs.synth.mutators import KINDS, Mutation, choose, find_mutations
+from swefleet.envs.synth.mutators import KINDS, Mutation, choose, find_mutations
 
 pytestmark = pytest.mark.unit
 

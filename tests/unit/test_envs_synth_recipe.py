@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.synth.build import repo_dockerfile, task_dockerfile
-from envs.synth.mutators import find_mutations
-from envs.synth.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
-from envs.synth.trace import span_lines
+from swefleet.envs.synth.build import repo_dockerfile, task_dockerfile
+from swefleet.envs.synth.mutators import find_mutations
+from swefleet.envs.synth.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
+from swefleet.envs.synth.trace import span_lines
 
 pytestmark = pytest.mark.unit
 
@@ -77,8 +77,8 @@ def test_coverage_lines_of_an_else_removal_are_the_else_body():
 def test_task_files_accept_a_recipe_instead_of_an_image(tmp_path: Path):
     import json
 
-    from envs.synth.build import recipe_path_of
-    from envs.tasks import TaskFileError, load_tasks, recipe_of
+    from swefleet.envs.synth.build import recipe_path_of
+    from swefleet.envs.tasks import TaskFileError, load_tasks, recipe_of
 
     record = {"instance_id": "o__pkg-1.0.off_by_one__0", "repo": "o/pkg",
               "problem_statement": "p", "recipe": "recipes/pkg.toml"}

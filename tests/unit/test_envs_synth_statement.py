@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from envs.synth.failures import failure_blocks, header_of, parse_failure
-from envs.synth.mutators import find_mutations
-from envs.synth.recipe import Recipe
-from envs.synth.statement import NoEvidence, write_statement
+from swefleet.envs.synth.failures import failure_blocks, header_of, parse_failure
+from swefleet.envs.synth.mutators import find_mutations
+from swefleet.envs.synth.recipe import Recipe
+from swefleet.envs.synth.statement import NoEvidence, write_statement
 
 pytestmark = pytest.mark.unit
 

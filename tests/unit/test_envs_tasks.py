@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envs import tasks as tasks_mod
-from envs.tasks import TaskFileError, load_tasks, resolve_source_dir, source_patch_of
+from swefleet.envs import tasks as tasks_mod
+from swefleet.envs.tasks import TaskFileError, load_tasks, resolve_source_dir, source_patch_of
 
 pytestmark = pytest.mark.unit
 
@@ -152,7 +152,7 @@ def test_invalid_utf8_is_an_error_naming_the_line_not_replaced(tmp_path, suffix)
 def test_nested_fields_are_kept_as_written(tmp_path):
     """Per-task sandbox overrides with different keys: arrow turned them into JSON strings
     (and then every sandbox for such a task failed to start)."""
-    from envs.config import SandboxLimits
+    from swefleet.envs.config import SandboxLimits
 
     recs = [record(1, sandbox={"memory_mb": 4096}), record(2, sandbox={"cpus": 2.0})]
     tasks = load_tasks(write_jsonl(tmp_path / "t.jsonl", recs))
@@ -269,7 +269,7 @@ def test_prepare_task_images_builds_once_per_source_dir(tmp_path, monkeypatch):
 
 
 def test_one_shared_repo_and_a_patch_per_task_give_one_image_tag_per_task(tmp_path):
-    from envs.images import task_image_tag
+    from swefleet.envs.images import task_image_tag
 
     tasks = load_tasks(QUICKSTART)
     assert len({resolve_source_dir(t, QUICKSTART) for t in tasks}) == 1
@@ -305,7 +305,7 @@ def test_image_tags_are_valid_docker_references_for_any_repo(tmp_path, repo, slu
     """Before: `Bad Org/x y` made `swefleet-task:bad org__x y-...` and a Docker traceback."""
     import re
 
-    from envs.images import task_image_tag
+    from swefleet.envs.images import task_image_tag
     from swefleet.types import Task
 
     task = Task(instance_id="a__b-1", repo=repo, problem_statement="x")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from evals import bench
-from evals.bench import BenchRunFailed, rl_command, run_bench, run_subprocess
-from evals.plots import write_bench_plots, write_eval_plots
+from swefleet.evals import bench
+from swefleet.evals.bench import BenchRunFailed, rl_command, run_bench, run_subprocess
+from swefleet.evals.plots import write_bench_plots, write_eval_plots
 from tests.unit.evals_bench_fixture import STEP_TIMES, write_bench, write_run
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from evals.steptime import (
+from swefleet.evals.steptime import (
     bootstrap_delta_ci,
     coef_var,
     detect_warmup,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from evals.run import _PatchPolicy, _record
+from swefleet.evals.run import _PatchPolicy, _record
 from swefleet.types import EpisodeStatus, GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.unit

@@ -1,7 +1,7 @@
 import pytest
 
-from evals.report import build_report, report_markdown
-from evals.stats import (
+from swefleet.evals.report import build_report, report_markdown
+from swefleet.evals.stats import (
     bootstrap_ci,
     flip_rate,
     pass_at_k,

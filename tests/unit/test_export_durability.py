@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from orchestrator.resume import find_resume_point
-from orchestrator.retention import prune_weights
+from swefleet.orchestrator.resume import find_resume_point
+from swefleet.orchestrator.retention import prune_weights
 from swefleet.rundir import DURABLE_MARKER, RunDir, is_durable
-from trainer import export
-from trainer.export import Exporter, export_hf, state_dicts_equal
+from swefleet.trainer import export
+from swefleet.trainer.export import Exporter, export_hf, state_dicts_equal
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def policy(tiny):
-    from trainer.titan import load_policy
+    from swefleet.trainer.titan import load_policy
 
     policy = load_policy(tiny, torch.device("cpu"), "sdpa")
     with torch.no_grad():
@@ -63,7 +63,7 @@ def _publish(run_dir: RunDir, version: int, durable: bool) -> Path:
 
 @pytest.mark.parametrize("shard_bytes", [export.DEFAULT_SHARD_BYTES, 20_000])
 def test_background_export_writes_the_inline_files_then_marks_them(policy, tmp_path, shard_bytes):
-    from trainer.titan import hf_state_dict
+    from swefleet.trainer.titan import hf_state_dict
 
     weights = tmp_path / "weights"
     old = export_hf(policy, weights / "v000001", {"version": 1}, shard_bytes=shard_bytes)
@@ -161,8 +161,8 @@ def test_close_waits_for_the_worker_and_errors_surface(policy, tmp_path, monkeyp
 def test_process_exit_waits_for_the_worker(tiny, tmp_path):
     script = textwrap.dedent(f"""
         import time, torch
-        from trainer import export
-        from trainer.titan import load_policy
+        from swefleet.trainer import export
+        from swefleet.trainer.titan import load_policy
 
         real = export.make_durable
         export.make_durable = lambda out_dir: (time.sleep(1.0), real(out_dir))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from inference.concurrency import AIMDController, parse_kv_usage
-from inference.config import ConcurrencyConfig
-from inference.routing import Router, ServerState
+from swefleet.inference.concurrency import AIMDController, parse_kv_usage
+from swefleet.inference.config import ConcurrencyConfig
+from swefleet.inference.routing import Router, ServerState
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from inference.config import InferenceConfig
-from inference.routing import Router, ServerState, percentile
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.routing import Router, ServerState, percentile
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +31,7 @@ def test_every_config_field_has_a_docstring():
     import ast
     import inspect
 
-    import inference.config as mod
+    import swefleet.inference.config as mod
 
     tree = ast.parse(inspect.getsource(mod))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "InferenceConfig")
@@ -102,7 +102,7 @@ def test_percentile_nearest_rank():
 def test_sampling_top_p_greedy_and_seeds():
     import torch
 
-    from inference.engine.sampling import RowParams, make_generator, sample, top_p_filter
+    from swefleet.inference.engine.sampling import RowParams, make_generator, sample, top_p_filter
 
     cpu = torch.device("cpu")
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]])

@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 
-from inference.engine.core import Engine, GenerationResult, SamplingParams
-from inference.engine.model import load_model
-from inference.engine.weights import read_weights
-from inference.testing import perturbed_checkpoint, reference_logprobs, tiny_checkpoint
+from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
+from swefleet.inference.engine.model import load_model
+from swefleet.inference.engine.weights import read_weights
+from swefleet.inference.testing import perturbed_checkpoint, reference_logprobs, tiny_checkpoint
 
 pytestmark = pytest.mark.unit
 
@@ -192,7 +192,7 @@ def test_shutdown_aborts_waiting_requests(model_dir):
 
 
 def test_static_backend_reports_kv_usage_and_refuses_over_capacity(model_dir):
-    from inference.engine.metrics import render
+    from swefleet.inference.engine.metrics import render
 
     loaded = load_model(model_dir)
     eng = Engine(
@@ -225,7 +225,7 @@ def test_static_backend_reports_kv_usage_and_refuses_over_capacity(model_dir):
 
 def test_static_cache_forward_matches_transformers_logits(model_dir):
     """Prefill of right-padded prompts and per-row decode positions give transformers' logits."""
-    from inference.engine.static import StaticCache
+    from swefleet.inference.engine.static import StaticCache
 
     loaded = load_model(model_dir)
     cache = StaticCache(loaded.model, slots=3, capacity=256)

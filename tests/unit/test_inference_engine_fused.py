@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.engine.fused import FusedLinear, can_fuse
+from swefleet.inference.engine.fused import FusedLinear, can_fuse
 
 pytestmark = pytest.mark.unit
 

@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from inference.engine.core import Engine, GenerationResult, SamplingParams
-from inference.engine.metrics import render
-from inference.engine.prefix import PrefixSlots, common_prefix
-from inference.engine.weights import read_weights
-from inference.testing import (
+from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
+from swefleet.inference.engine.metrics import render
+from swefleet.inference.engine.prefix import PrefixSlots, common_prefix
+from swefleet.inference.engine.weights import read_weights
+from swefleet.inference.testing import (
     perturbed_checkpoint,
     reference_logprobs,
     started_engine,

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from inference.engine.core import Engine, GenerationResult, SamplingParams
-from inference.engine.metrics import render
-from inference.engine.model import load_model
-from inference.engine.prefix import Parked, PrefixStore, reusable
-from inference.engine.weights import read_weights
-from inference.testing import (
+from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
+from swefleet.inference.engine.metrics import render
+from swefleet.inference.engine.model import load_model
+from swefleet.inference.engine.prefix import Parked, PrefixStore, reusable
+from swefleet.inference.engine.weights import read_weights
+from swefleet.inference.testing import (
     perturbed_checkpoint,
     reference_logprobs,
     started_engine,
@@ -167,7 +167,7 @@ def test_batched_conversations_and_shared_group_prompt(engines):
 
 
 def test_parked_bytes_stay_within_the_budget(model_dir):
-    from inference.engine.static import bytes_per_token
+    from swefleet.inference.engine.static import bytes_per_token
 
     per_token = bytes_per_token(load_model(model_dir).model)
     eng = make_engine(model_dir, prefix_cache_bytes=200 * per_token)
@@ -223,7 +223,7 @@ def test_weight_update_invalidates_cached_prefixes(model_dir, tmp_path):
 def test_moe_routed_experts_come_back_with_a_hit(tmp_path):
     """A prefix hit on an MoE model: the cached tokens' routed experts are those parked with the
     K/V, and the whole array still equals one full forward's routing."""
-    from trainer.replay_check import make_moe_checkpoint
+    from swefleet.trainer.replay_check import make_moe_checkpoint
 
     moe = make_moe_checkpoint(tmp_path / "moe", "tiny", gain=1.0)
     eng = make_engine(moe)

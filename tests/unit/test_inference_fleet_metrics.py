@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from inference.concurrency import kv_usage_of, parse_samples, prefix_cache_of
-from inference.routing import PrefixCacheStats, ServerState
+from swefleet.inference.concurrency import kv_usage_of, parse_samples, prefix_cache_of
+from swefleet.inference.routing import PrefixCacheStats, ServerState
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 import pytest
 
-from inference.idle import IdleClock
+from swefleet.inference.idle import IdleClock
 
 pytestmark = pytest.mark.unit
 

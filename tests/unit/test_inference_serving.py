@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from inference.serving import write_atomic
+from swefleet.inference.serving import write_atomic
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +36,7 @@ def test_accepted_connections_have_nagle_off():
     import asyncio
     import socket
 
-    from inference.serving import bind_socket
+    from swefleet.inference.serving import bind_socket
 
     async def accepted_nodelay() -> int:
         seen: list[int] = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from inference.engine.stream import Detokenizer
-from inference.streaming import StreamAssembler, StreamError
-from inference.transport import EventStream
+from swefleet.inference.engine.stream import Detokenizer
+from swefleet.inference.streaming import StreamAssembler, StreamError
+from swefleet.inference.transport import EventStream
 
 pytestmark = pytest.mark.unit
 

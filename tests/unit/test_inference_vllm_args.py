@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from inference.config import InferenceConfig
-from inference.disagg import decode_body, prefill_body
-from inference.fleet import request_body
-from inference.vllm_launch import (
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.disagg import decode_body, prefill_body
+from swefleet.inference.fleet import request_body
+from swefleet.inference.vllm_launch import (
     SERVER_ENV,
     VLLM_VERSION,
     WEIGHT_TRANSFER_CONFIG,
@@ -40,8 +40,8 @@ from inference.vllm_launch import (
     kv_transfer_config,
     serve_command,
 )
-from inference.vllm_worker import SwefleetWorkerExtension
-from inference.weight_sync import init_info
+from swefleet.inference.vllm_worker import SwefleetWorkerExtension
+from swefleet.inference.weight_sync import init_info
 from swefleet.weight_transfer import TransferGroup, UpdateInfo, packed_chunks
 
 pytestmark = pytest.mark.unit
@@ -310,7 +310,7 @@ def test_weight_update_routes_and_worker_hooks_exist():
     ours = {a for a in dir(SwefleetWorkerExtension) if not a.startswith("__")}
     bases = set(worker) | set(class_methods("v1/worker/worker_base.py", "WorkerBase"))
     assert not ours & bases
-    assert WORKER_EXTENSION == "inference.vllm_worker.SwefleetWorkerExtension"
+    assert WORKER_EXTENSION == "swefleet.inference.vllm_worker.SwefleetWorkerExtension"
 
 
 @needs_src

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from orchestrator.config import OrchestratorConfig
-from orchestrator.loop import RLLoop, RunAborted
+from swefleet.orchestrator.config import OrchestratorConfig
+from swefleet.orchestrator.loop import RLLoop, RunAborted
 from swefleet.batch import read_batch
 from swefleet.rundir import RunDir
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
@@ -130,7 +130,7 @@ def _exited_trainer(run_dir: RunDir):
 
 async def test_trainer_exiting_0_before_the_last_version_fails_the_run(tmp_path):
     """The trainer exits 0 on SIGTERM: the loop must not wait weights_timeout_s (600 s) for it."""
-    from orchestrator.trainer_proc import trainer_problem
+    from swefleet.orchestrator.trainer_proc import trainer_problem
 
     run_dir = RunDir(tmp_path)
     proc = _exited_trainer(run_dir)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestrator.metrics import cost_metrics, rollout_metrics
+from swefleet.orchestrator.metrics import cost_metrics, rollout_metrics
 from swefleet.types import EpisodeStatus, Trajectory, Turn
 
 pytestmark = pytest.mark.unit

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from orchestrator.config import OrchestratorConfig
-from orchestrator.loop import RLLoop
-from orchestrator.resume import find_resume_point
+from swefleet.orchestrator.config import OrchestratorConfig
+from swefleet.orchestrator.loop import RLLoop
+from swefleet.orchestrator.resume import find_resume_point
 from swefleet.rundir import RunDir
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 

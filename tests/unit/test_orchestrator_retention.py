@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestrator.retention import prune_weights
+from swefleet.orchestrator.retention import prune_weights
 
 pytestmark = pytest.mark.unit
 

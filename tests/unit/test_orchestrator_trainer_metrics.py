@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from orchestrator.trainer_proc import TrainerMetricsTail
+from swefleet.orchestrator.trainer_proc import TrainerMetricsTail
 from swefleet.rundir import RunDir
 
 pytestmark = pytest.mark.unit

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from inference.engine.core import Engine, GenerationResult, SamplingParams
-from inference.engine.experts import RoutingCapture, _split_prefill
-from inference.engine.model import load_model
+from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
+from swefleet.inference.engine.experts import RoutingCapture, _split_prefill
+from swefleet.inference.engine.model import load_model
 from swefleet import routed_experts
-from trainer.replay_check import SHAPES, make_moe_checkpoint
+from swefleet.trainer.replay_check import SHAPES, make_moe_checkpoint
 
 pytestmark = pytest.mark.unit
 SHAPE = SHAPES["tiny"]
@@ -79,7 +79,7 @@ def test_engine_routing_has_vllm_shape_and_matches_full_forward(engine):
 
 
 def test_dense_model_and_disabled_capture_return_none(moe_dir, tmp_path):
-    from inference.testing import tiny_checkpoint
+    from swefleet.inference.testing import tiny_checkpoint
 
     dense = load_model(tiny_checkpoint(tmp_path))
     off = load_model(moe_dir)

@@ -8,16 +8,16 @@ import pytest
 import torch
 
 from swefleet import routed_experts
-from trainer.config import TrainerConfig
-from trainer.replay_check import (
+from swefleet.trainer.config import TrainerConfig
+from swefleet.trainer.replay_check import (
     SHAPES,
     engine_rollouts,
     make_moe_checkpoint,
     rollout_batch,
     trainer_mismatch,
 )
-from trainer.step import build_optimizer, train_step
-from trainer.titan import load_policy
+from swefleet.trainer.step import build_optimizer, train_step
+from swefleet.trainer.titan import load_policy
 
 pytestmark = pytest.mark.unit
 SHAPE = SHAPES["tiny"]

@@ -65,7 +65,7 @@ def test_head_gets_external_servers_and_a_two_node_trainer():
     assert head.model.path == "/shared/run/model" and head.output_dir == "/shared/run"
     tr = head.trainer
     assert (tr.nodes, tr.ranks, tr.rdzv_endpoint) == (2, 16, "a:29500")
-    from orchestrator.trainer_proc import trainer_command
+    from swefleet.orchestrator.trainer_proc import trainer_command
 
     cmd = trainer_command(tr, Path("/shared/run/trainer_job.json"), Path("/shared/run/logs"))
     launcher, torchrun = cmd[: cmd.index("-m")], cmd[cmd.index("-m"):]

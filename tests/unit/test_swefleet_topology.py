@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference.config import InferenceConfig
-from inference.vllm_launch import (
+from swefleet.inference.config import InferenceConfig
+from swefleet.inference.vllm_launch import (
     LAUNCH_ENV_DEFAULTS,
     VLLMLaunch,
     launch_env,

@@ -8,9 +8,9 @@ import torch
 from pydantic import ValidationError
 
 from swefleet.tinymodel import create_tiny_model
-from trainer import titan
-from trainer.attention import document_block_mask, document_causal_mask_mod, document_ids
-from trainer.config import TrainerConfig
+from swefleet.trainer import titan
+from swefleet.trainer.attention import document_block_mask, document_causal_mask_mod, document_ids
+from swefleet.trainer.config import TrainerConfig
 
 pytestmark = pytest.mark.unit
 

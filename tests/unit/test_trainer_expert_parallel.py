@@ -9,8 +9,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from trainer import titan
-from trainer.config import TrainerConfig
+from swefleet.trainer import titan
+from swefleet.trainer.config import TrainerConfig
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from benchmarks.shapes import QWEN3_SHAPES
-from trainer.flops import matmul_params, peak_flops, step_flops, titan_step_flops
-from trainer.step import rank_sample_range
+from swefleet.trainer.flops import matmul_params, peak_flops, step_flops, titan_step_flops
+from swefleet.trainer.step import rank_sample_range
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +45,7 @@ def test_rank_sample_range_balances_tokens_and_covers_every_sample():
 
 
 def test_step_mfu_from_the_batch_lengths():
-    from trainer.flops import step_flops, step_mfu
+    from swefleet.trainer.flops import step_flops, step_mfu
 
     hf = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
           "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 256}

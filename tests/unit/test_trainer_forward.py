@@ -8,9 +8,9 @@ import torch
 from pydantic import ValidationError
 
 from swefleet.batch import pack_samples
-from trainer.config import TrainerConfig
-from trainer.forward import build_micro_batch, split_samples
-from trainer.main import parse_job
+from swefleet.trainer.config import TrainerConfig
+from swefleet.trainer.forward import build_micro_batch, split_samples
+from swefleet.trainer.main import parse_job
 
 pytestmark = pytest.mark.unit
 

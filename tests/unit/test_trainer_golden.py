@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from swefleet.batch import pack_samples
-from trainer.config import TrainerConfig
-from trainer.step import build_optimizer, train_step
-from trainer.titan import load_policy
+from swefleet.trainer.config import TrainerConfig
+from swefleet.trainer.step import build_optimizer, train_step
+from swefleet.trainer.titan import load_policy
 
 pytestmark = pytest.mark.unit
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "trainer_golden.json"

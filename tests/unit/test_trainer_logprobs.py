@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.logprobs import token_logprobs
+from swefleet.trainer.logprobs import token_logprobs
 
 pytestmark = pytest.mark.unit
 

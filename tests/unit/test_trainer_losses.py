@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from trainer.logprobs import token_logprobs
-from trainer.losses import cispo_loss, dapo_loss, mismatch_kl, policy_loss
+from swefleet.trainer.logprobs import token_logprobs
+from swefleet.trainer.losses import cispo_loss, dapo_loss, mismatch_kl, policy_loss
 
 pytestmark = pytest.mark.unit
 

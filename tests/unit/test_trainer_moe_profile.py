@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.moe_profile import PHASES, MoEPhaseTimer
-from trainer.titan import load_policy, policy_logprobs
+from swefleet.trainer.moe_profile import PHASES, MoEPhaseTimer
+from swefleet.trainer.titan import load_policy, policy_logprobs
 
 pytestmark = pytest.mark.unit
 LAYERS = 2

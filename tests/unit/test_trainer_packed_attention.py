@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.packed_attention import HostBoundaries, PackedCudnnAttention, plan_segments
+from swefleet.trainer.packed_attention import HostBoundaries, PackedCudnnAttention, plan_segments
 
 pytestmark = pytest.mark.unit
 
@@ -59,7 +59,7 @@ def test_host_boundaries_survive_fsdps_input_move():
     while the varlen boundaries move. Moved to `meta` here (no GPU in CI)."""
     from torch.distributed.utils import _to_kwargs
 
-    from trainer.titan import packed_attention_masks
+    from swefleet.trainer.titan import packed_attention_masks
 
     cu = torch.tensor([0, 3, 8], dtype=torch.int32)
     masks = packed_attention_masks("cudnn", cu, 5, 8)
@@ -71,7 +71,7 @@ def test_host_boundaries_survive_fsdps_input_move():
 
 
 def test_cudnn_attention_needs_cuda():
-    from trainer.titan import check_attention
+    from swefleet.trainer.titan import check_attention
 
     with pytest.raises(ValueError, match="needs a CUDA device"):
         check_attention("cudnn", torch.device("cpu"))
@@ -121,7 +121,7 @@ def _reference_backward(grad_out, q, k, v, out, lse, cu_local, scale):
 @pytest.fixture
 def cpu_kernels(monkeypatch):
     """Both kernels replaced by the reference; records (kernel, segment length) per call."""
-    from trainer import packed_attention as pa
+    from swefleet.trainer import packed_attention as pa
 
     calls = []
 
@@ -155,7 +155,7 @@ def _run(fn, q, k, v, cu, seed=1):
 
 
 def test_segments_assemble_to_whole_batch_attention(cpu_kernels):
-    from trainer.packed_attention import packed_attention
+    from swefleet.trainer.packed_attention import packed_attention
 
     lengths = [5, 40, 3, 2, 33, 1]
     q, k, v, cu = _packed_inputs(lengths)
@@ -168,7 +168,7 @@ def test_segments_assemble_to_whole_batch_attention(cpu_kernels):
 
 
 def test_cudnn_refusal_falls_back_to_flash_for_good(cpu_kernels, monkeypatch, caplog):
-    from trainer import packed_attention as pa
+    from swefleet.trainer import packed_attention as pa
 
     def refuse(*args):
         raise RuntimeError("cuDNN Frontend error: s_q = s_kv = 1 is not supported.")
@@ -185,7 +185,7 @@ def test_cudnn_refusal_falls_back_to_flash_for_good(cpu_kernels, monkeypatch, ca
 
 
 def test_other_kernel_errors_propagate(cpu_kernels, monkeypatch):
-    from trainer import packed_attention as pa
+    from swefleet.trainer import packed_attention as pa
 
     def broken(*args):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

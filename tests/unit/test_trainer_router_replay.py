@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from swefleet.batch import pack_samples
-from trainer import router_replay
-from trainer.config import TrainerConfig
-from trainer.forward import batch_logprobs
-from trainer.step import build_optimizer, train_step
-from trainer.titan import load_policy, policy_logprobs
+from swefleet.trainer import router_replay
+from swefleet.trainer.config import TrainerConfig
+from swefleet.trainer.forward import batch_logprobs
+from swefleet.trainer.step import build_optimizer, train_step
+from swefleet.trainer.titan import load_policy, policy_logprobs
 
 pytestmark = pytest.mark.unit
 N_EXPERTS, TOP_K, LAYERS = 8, 2, 2
@@ -66,7 +66,7 @@ def test_moe_logprobs_match_transformers_and_export_round_trips(moe, tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from trainer.export import export_hf, state_dicts_equal
+    from swefleet.trainer.export import export_hf, state_dicts_equal
 
     x = _tokens()
     hf = AutoModelForCausalLM.from_pretrained(moe, dtype=torch.float32)

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from orchestrator.trainer_proc import trainer_command, trainer_env
+from swefleet.orchestrator.trainer_proc import trainer_command, trainer_env
 from swefleet.config import load_config
-from trainer.config import TrainerConfig
-from trainer.export import plan_shards, shard_names
+from swefleet.trainer.config import TrainerConfig
+from swefleet.trainer.export import plan_shards, shard_names
 
 pytestmark = pytest.mark.unit
 
@@ -44,7 +44,7 @@ def test_contradicting_topology_is_one_line(tmp_path, fields, message):
 
 def test_one_rank_is_one_process_several_are_torchrun(tmp_path):
     job, logs = tmp_path / "job.json", tmp_path / "logs"
-    main = ["-m", "trainer.main", "--config", str(job)]
+    main = ["-m", "swefleet.trainer.main", "--config", str(job)]
     assert trainer_command(TrainerConfig(), job, logs) == [sys.executable, *main]
     cmd = trainer_command(TrainerConfig(ranks=2, expert_parallel=2), job, logs)
     assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--standalone"]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.weight_sync import current_group, new_group_epoch, regroup_after_restart
+from swefleet.orchestrator.weight_sync import current_group, new_group_epoch, regroup_after_restart
 from swefleet.rundir import RunDir, write_json_atomic
 from swefleet.weight_transfer import (
     BroadcastMarker,
@@ -16,8 +16,8 @@ from swefleet.weight_transfer import (
     marker_path,
     read_marker,
 )
-from trainer.config import TrainerJob
-from trainer.weight_broadcast import WeightBroadcaster
+from swefleet.trainer.config import TrainerJob
+from swefleet.trainer.weight_broadcast import WeightBroadcaster
 
 pytestmark = pytest.mark.unit
 
@@ -107,7 +107,7 @@ def test_marker_and_update_info_schema(tmp_path):
 
 
 def test_retention_keeps_the_newest_directory_a_restart_reloads(tmp_path):
-    from orchestrator.retention import prune_weights
+    from swefleet.orchestrator.retention import prune_weights
 
     run = RunDir(tmp_path)
     for v in (10, 20):
