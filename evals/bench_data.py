@@ -36,7 +36,8 @@ class RunData:
     """The run's resolved `config.json`."""
     rows: list[dict]
     """One row per step: step, time_s, served_at_s, the PHASES columns (None when the source
-    record is missing), rollouts, samples, tokens_per_s."""
+    record is missing), batch_interval_s (the orchestrator's time between handing batch i-1
+    and batch i to the trainer), rollouts, samples, tokens_per_s."""
     episodes: list[dict]
     """task_id and status of every episode the run recorded."""
 
@@ -93,6 +94,7 @@ def step_rows(weights: list[dict], metrics: list[dict], trainer: list[dict],
             value = by_file[file].get(step, {}).get(key)
             row[phase] = None if value is None else float(value)
         m = by_file["metrics.jsonl"].get(step, {})
+        row["batch_interval_s"] = m.get("time/step_s")
         row["rollouts"] = m.get("rollout/episodes")
         row["samples"] = m.get("batch/samples")
         row["tokens_per_s"] = by_file["trainer_metrics.jsonl"].get(step, {}).get("tokens_per_s")

@@ -43,6 +43,7 @@ def bench_markdown(r: dict, plots: list[str] | None = None) -> str:
         f"| coefficient of variation | {_pct(r['step_time_cv'])} |",
         f"| min / max | {_s(r['step_time_min_s'])} / {_s(r['step_time_max_s'])} |",
         *_best_lines(r),
+        *_batch_clock_lines(r),
         *_throughput_lines(r),
         "",
         *_phase_lines(r),
@@ -55,6 +56,14 @@ def bench_markdown(r: dict, plots: list[str] | None = None) -> str:
         lines += ["", "## Plots", ""]
         lines += [f"![{PLOTS.get(p, p)}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _batch_clock_lines(r: dict) -> list[str]:
+    c = r.get("batch_clock") or {}
+    if not c.get("n"):
+        return []
+    return [f"| batch clock median / CV ({c['warmup_steps']} warm-up) | {_s(c['median_s'])} / "
+            f"{_pct(c['cv'])} |"]
 
 
 def _best_lines(r: dict) -> list[str]:

@@ -26,6 +26,10 @@ DEFINITIONS = {
     "warmup": "Step 0 always; then leading steps above median + max(3 * 1.4826 * MAD, 5% of "
               "median) of the run's second half, at most half the run. The largest count over "
               "runs is excluded from every run.",
+    "batch_clock": "The same runs timed by the orchestrator instead: the interval between two "
+                   "consecutive batches handed to the trainer (metrics.jsonl time/step_s), with "
+                   "its own warm-up count by the same rule. It is the pipeline's period without "
+                   "the train/export/sync latency jitter the step clock adds.",
     "noise": "swefleet report compare: 95% two-level bootstrap CI of the difference (runs, then "
              "steps within a run); beyond noise when the CI excludes 0.",
 }
@@ -58,6 +62,7 @@ def build_bench_report(runs: list[RunData], environment: dict | None = None) -> 
         "steady_state_steps": len(steady),
         **{f"step_time_{k}": v for k, v in stats.items() if k != "n"},
         **_best_vs_median(per_run),
+        "batch_clock": _batch_clock(used),
         "phases": _phases(steady_rows, stats["median_s"]),
         "throughput": _throughput(steady_rows),
         "rollouts": _rollouts(used),
@@ -82,6 +87,14 @@ def _run_entry(run: RunData, warmup: int) -> dict:
         "steady": summarize(times[warmup:]),
         "steps": run.rows,
     }
+
+
+def _batch_clock(runs: list[RunData]) -> dict:
+    series = [[row["batch_interval_s"] for row in r.rows] for r in runs]
+    if any(x is None for s in series for x in s):
+        return {"warmup_steps": None, **summarize([])}
+    warmup = max(detect_warmup(s) for s in series)
+    return {"warmup_steps": warmup, **summarize([x for s in series for x in s[warmup:]])}
 
 
 def _best_vs_median(per_run: list[dict]) -> dict:

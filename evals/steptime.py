@@ -70,28 +70,36 @@ def summarize(xs: Sequence[float]) -> dict[str, float | int | None]:
             "min_s": min(xs), "max_s": max(xs)}
 
 
-def warmup_threshold(times: Sequence[float]) -> float:
-    """Reference: the second half of the run (never warm-up). A step is slow when it exceeds
-    median + max(3 * 1.4826 * MAD, 5% of median) of that reference."""
+def warmup_band(times: Sequence[float]) -> tuple[float, float]:
+    """Reference: the second half of the run (never warm-up), median m. A step is steady when it
+    lies within m -/+ max(3 * 1.4826 * MAD, 5% of m) of that reference."""
     ref = times[len(times) // 2:]
     m = median(ref)
-    return m + max(WARMUP_MADS * MAD_TO_SIGMA * mad(ref), WARMUP_MIN_REL * m)
+    half = max(WARMUP_MADS * MAD_TO_SIGMA * mad(ref), WARMUP_MIN_REL * m)
+    return m - half, m + half
+
+
+def warmup_threshold(times: Sequence[float]) -> float:
+    """The upper edge of `warmup_band`."""
+    return warmup_band(times)[1]
 
 
 def detect_warmup(times: Sequence[float]) -> int:
     """Number of leading warm-up steps of one run.
 
     Step 0 always counts (it fills the empty pipeline and includes compilation and the first
-    model loads). Steps 1, 2, ... count while each is above `warmup_threshold`; the scan stops at
-    the first step that is not, and never takes more than half the run (at least ceil(n/2)
-    steady-state steps remain for n >= 2).
+    model loads). Steps 1, 2, ... count while each lies outside `warmup_band`: above it (still
+    compiling, caches cold) or below it (a batch that was generated while step 0 compiled, so it
+    was ready at once: the pipeline has not settled). The scan stops at the first step inside
+    the band and never takes more than half the run (at least ceil(n/2) steady-state steps
+    remain for n >= 2).
     """
     n = len(times)
     if n <= 1:
         return n
-    thr = warmup_threshold(times)
+    lo, hi = warmup_band(times)
     w = 1
-    while w < n // 2 and times[w] > thr:
+    while w < n // 2 and not lo <= times[w] <= hi:
         w += 1
     return w
 

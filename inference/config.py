@@ -252,6 +252,9 @@ class InferenceConfig(BaseModel):
             raise ValueError(f"gpus={self.gpus} lists a GPU twice")
         if kind != "vllm" and self.vllm != VLLMLaunch():
             raise ValueError(f"inference.vllm is for kind='vllm' (kind is {kind!r})")
+        if self.stream and self.vllm.return_routed_experts:
+            raise ValueError("inference.stream: vLLM's streamed answers carry no routed_experts, "
+                             "so router replay would get none; set stream = false")
         if kind == "external":
             _check_external(self)
             return self

@@ -135,3 +135,16 @@ def test_single_run_dir_is_accepted(tmp_path):
     assert find_run_dirs(run) == [run]
     with pytest.raises(FileNotFoundError):
         find_run_dirs(tmp_path / "nothing-here")
+
+
+def test_batch_clock_is_the_orchestrators_interval_with_its_own_warmup(report, tmp_path):
+    # the fixture's metrics time/step_s equal the served-clock step times: same warm-up, same stats
+    clock = report["batch_clock"]
+    assert clock["warmup_steps"] == 2 and clock["n"] == 12
+    assert clock["mean_s"] == pytest.approx(STEADY_MEAN)
+    assert clock["std_s"] == pytest.approx(STEADY_STD)
+    # a run without time/step_s (older metrics) reports no batch clock instead of failing
+    run = write_run(tmp_path / "old", [10, 4, 2, 2.25, 1.75, 2])
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i, "rollout/episodes": 4}) + "\n" for i in range(6)))
+    assert build_bench_report([load_run(run)])["batch_clock"]["n"] == 0

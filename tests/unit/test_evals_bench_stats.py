@@ -8,6 +8,7 @@ from swefleet.evals.steptime import (
     bootstrap_delta_ci,
     coef_var,
     detect_warmup,
+    warmup_band,
     hierarchical_resample,
     mad,
     median,
@@ -39,6 +40,7 @@ def test_warmup_threshold_uses_second_half_median_and_mad():
     assert warmup_threshold([10, 4, 2, 2.25, 1.75, 2]) == pytest.approx(2 + 3 * 1.4826 * 0.25)
     # MAD 0: the 5% floor applies -> 2.5 * 1.05
     assert warmup_threshold([8, 2.5, 2.5, 3, 2.5, 2.5]) == pytest.approx(2.625)
+    assert warmup_band([8, 2.5, 2.5, 3, 2.5, 2.5]) == pytest.approx((2.375, 2.625))
 
 
 @pytest.mark.parametrize("times, expected", [
@@ -49,6 +51,8 @@ def test_warmup_threshold_uses_second_half_median_and_mad():
     ([10, 2.11, 2, 2, 2, 2], 2),  # just above it
     ([10, 2, 6, 2, 2, 2], 1),  # a slow step after a steady one is not warm-up
     ([9, 9, 9, 9, 1, 1, 1, 1], 4),  # never more than half the run
+    ([16.6, 1.43, 3.36, 2.99, 3.1, 3.19, 3.18, 3.6, 3.02, 3.27], 2),  # step 1 far below: not settled
+    ([10, 1.9, 2, 2, 2, 2], 1),  # within 5% below the median: steady
     ([3.0], 1),
     ([3.0, 1.0], 1),
     ([], 0),

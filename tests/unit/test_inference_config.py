@@ -27,6 +27,13 @@ def test_config_forbids_unknown_fields_and_checks_values():
         InferenceConfig(connect_timeout_s=10, request_timeout_s=1)
 
 
+def test_stream_with_router_replay_is_a_config_error():
+    vllm = {"kind": "vllm", "gpus": [0], "vllm": {"return_routed_experts": True}}
+    with pytest.raises(ValidationError, match="routed_experts"):
+        InferenceConfig(**vllm, stream=True)
+    assert InferenceConfig(**vllm).vllm.return_routed_experts  # unstreamed: replay works
+
+
 def test_every_config_field_has_a_docstring():
     import ast
     import inspect
