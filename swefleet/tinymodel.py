@@ -40,6 +40,14 @@ PRESETS: dict[str, dict] = {
                         "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64,
                         "vocab_size": 32768, "num_experts": 64, "num_experts_per_tok": 8,
                         "norm_topk_prob": True, "save_dtype": "bfloat16"},
+    # The Qwen3-30B-A3B shape (48 layers, 128 experts, top 8; ~30B parameters, 60 GB in bf16)
+    # for the eight-GPU layout (configs/gpu_8x_moe.toml). Built directly in bf16 on a GPU when
+    # one is there (an fp32 copy on the host would be 120 GB).
+    "qwen3-30b-a3b": {"hidden_size": 2048, "intermediate_size": 6144,
+                      "moe_intermediate_size": 768, "num_hidden_layers": 48,
+                      "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                      "vocab_size": 32768, "num_experts": 128, "num_experts_per_tok": 8,
+                      "norm_topk_prob": True, "save_dtype": "bfloat16", "init_in_save_dtype": True},
 }
 
 CHAT_TEMPLATE = (
@@ -105,6 +113,7 @@ def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 
 
     shape = dict(PRESETS[preset])
     save_dtype = shape.pop("save_dtype", "float32")
+    direct = shape.pop("init_in_save_dtype", False)
     moe = "num_experts" in shape
     config_cls, model_cls = (Qwen3MoeConfig, Qwen3MoeForCausalLM) if moe else (
         Qwen3Config, Qwen3ForCausalLM)
@@ -122,7 +131,25 @@ def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 
         torch_dtype=save_dtype,
     )
     torch.manual_seed(seed)
-    model = model_cls(config).to(getattr(torch, save_dtype))
+    if direct:
+        model = _init_direct(model_cls, config, getattr(torch, save_dtype))
+    else:
+        model = model_cls(config).to(getattr(torch, save_dtype))
     model.save_pretrained(out, safe_serialization=True)
     marker.write_text(json.dumps(wanted))
     return out
+
+
+def _init_direct(model_cls, config, dtype):
+    """Random-init in `dtype` itself, on the first GPU when there is one: for shapes whose fp32
+    host copy would not fit (the values differ from an fp32 init cast down, same distribution)."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return model_cls(config)
+    finally:
+        torch.set_default_dtype(previous)

@@ -72,3 +72,43 @@ def test_hf_config_with_mla(tmp_path, capsys):
     assert plan["params"]["total"] == 288 + 464 + 256
     # KV: the latent 4 + 1 rope elements x 2 bytes x 2 layers
     assert plan["inference"]["kv_bytes_per_token"] == 20
+
+
+def test_eight_gpu_layout_matches_its_run_config_and_the_hf_model(capsys):
+    """configs/layouts/qwen3_30b_a3b_8xh200.toml and configs/gpu_8x_moe.toml describe the same
+    4 + 4 split of one 8-GPU host, and the planner counts the parameters the `qwen3-30b-a3b`
+    preset's HF model really has (built on the meta device: no memory)."""
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    from swefleet.tinymodel import PRESETS
+
+    layout = _json_last_line(capsys, ["plan", "--layout", str(
+        ROOT / "configs/layouts/qwen3_30b_a3b_8xh200.toml")])
+    run = _json_last_line(capsys, ["plan", "--config", str(ROOT / "configs/gpu_8x_moe.toml")])
+    assert layout["gpus"] == run["gpus"] == {"inference": 4, "trainer": 4, "idle": 0, "total": 8}
+    assert layout["trainer"]["mem_fits"] is True
+    shape = {k: v for k, v in PRESETS["qwen3-30b-a3b"].items()
+             if k not in ("save_dtype", "init_in_save_dtype")}
+    with torch.device("meta"):
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**shape, tie_word_embeddings=False))
+    hf_params = sum(p.numel() for p in model.parameters())
+    # the planner leaves out the RMSNorm weights: 2 per layer of the hidden size, q/k norms of
+    # head_dim, and the final norm
+    norms = shape["num_hidden_layers"] * (2 * shape["hidden_size"] + 2 * shape["head_dim"]) \
+        + shape["hidden_size"]
+    assert layout["params"]["total"] == run["params"]["total"] == hf_params - norms
+
+
+def test_direct_init_builds_in_the_save_dtype_and_restores_the_default():
+    """The path the `qwen3-30b-a3b` preset takes (no fp32 host copy), on a tiny MoE shape."""
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    from swefleet.tinymodel import PRESETS, _init_direct
+
+    shape = dict(PRESETS["tiny-moe"])
+    model = _init_direct(Qwen3MoeForCausalLM, Qwen3MoeConfig(**shape), torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32
+    assert all(p.float().std() > 0 for p in model.parameters() if p.dim() == 2)
