@@ -97,8 +97,9 @@ DEFAULT_PROTECTED_PYTEST_CONFIG = ("setup.cfg", "tox.ini", "pyproject.toml")
 
 
 class GradingConfig(BaseModel):
-    """How grading protects the test infrastructure from the patch it grades. The task's own
-    test patch is trusted and never filtered."""
+    """Grading (`[envs.grading]`): how it protects the test infrastructure from the patch it
+    grades (the task's own test patch is trusted and never filtered), and the resources of
+    each grading run (`swefleet rl`, `eval` and `tasks validate` alike)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -118,6 +119,27 @@ class GradingConfig(BaseModel):
     style) or `tool.pytest` table (TOML) differ from the base commit's — or that no longer
     parses — is reverted as a whole and recorded in `GradeResult.dropped_paths`; its other edits
     (dependencies, metadata) are kept when the pytest part is unchanged. Empty turns this off."""
+    canaries: bool = True
+    """Tamper checks (`envs/tamper.py`): for tasks with a pytest log parser, plant a random
+    must-pass and must-fail test in each test file, collect pytest's JUnit report outside the
+    repository, and grade a run whose canaries, deciding tests, exit status or JUnit report
+    disagree with its log `tampered` (reward 0). Off: only the log is read (SWE-bench's way)."""
+
+    timeout_s: float = Field(300.0, gt=0)
+    """Deadline of one grading run (applying the patches and running the tests); a run past it
+    is graded `tests timed out` and its container removed."""
+    memory_mb: int = Field(2048, ge=64)
+    """Memory limit of a grading container in MiB (Docker `--memory`; with the bwrap backend
+    each process's address space)."""
+    cpus: float = Field(1.0, gt=0)
+    """CPU quota of a grading container in cores (Docker `--cpus`; more than the local
+    engine's machine has is a config error when the grader starts). The bwrap backend cannot
+    enforce it: another value than 1 there is a config error."""
+    pids_limit: int = Field(512, ge=16)
+    """Most processes/threads in a grading container (Docker `--pids-limit`; bwrap:
+    RLIMIT_NPROC)."""
+    parallelism: int = Field(8, ge=1)
+    """Most grading runs at once per grader (the threads of its pool); more wait their turn."""
 
 
 class DockerHost(BaseModel):
@@ -263,10 +285,29 @@ class FarmConfig(BaseModel):
     session_env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SESSION_ENV))
     """Environment of the agent's shell session (pagers off, progress bars off, UTF-8)."""
     grading: GradingConfig = Field(default_factory=GradingConfig)
-    """What the grader protects from the model patch (`envs.grading.DockerGrader(config=)`)."""
+    """Grading: what the grader protects from the model patch and its resources (deadline,
+    memory, CPUs, processes, parallelism); `envs.backends.make_grader`."""
+    image_user: Literal["derive", "image", "agent"] = "derive"
+    """How task images run (sandboxes and grading, Docker backend; `envs/derived_image.py`):
+    `derive` builds once, locally, a thin cached layer on an image swefleet did not build
+    that adds the uid-1000 `agent` user, gives it the workdir and trusts it in git (any image
+    with the repository at its workdir works: SWE-bench's, a root-owned `/testbed`, a conda
+    env on the image's PATH); `image` runs commands as the image's own user (its `USER`, root
+    when unset), changing nothing; `agent` uses the image as it is, as the `agent` user it must
+    have. Recorded per episode as `image_user`. The bwrap backend runs every image as its own
+    uid 1000: another value than `derive` there is a config error."""
 
     @model_validator(mode="after")
     def _ttl_below_lifetime(self) -> FarmConfig:
         if self.warm_pool_size and self.warm_ttl_s >= self.limits.lifetime_s / 2:
             raise ValueError("warm_ttl_s must be below half of limits.lifetime_s")
+        return self
+
+    @model_validator(mode="after")
+    def _settings_take_effect(self) -> FarmConfig:
+        if self.backend == "bwrap" and self.grading.cpus != 1.0:
+            raise ValueError("grading.cpus: the bwrap backend cannot enforce a CPU quota")
+        if self.backend == "bwrap" and self.image_user != "derive":
+            raise ValueError("image_user: the bwrap backend runs every image as its own uid "
+                             "1000 (only the docker backend has this choice)")
         return self

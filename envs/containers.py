@@ -80,6 +80,7 @@ def run_kwargs(image: str, limits: SandboxLimits, labels: dict[str, str]) -> dic
     kwargs: dict[str, Any] = {
         "image": image,
         "command": ["sleep", str(math.ceil(limits.lifetime_s))],
+        "entrypoint": [],  # the image's ENTRYPOINT is not run (it would swallow the command)
         "name": container_name(labels[LABEL_RUN]),
         "labels": labels,
         "init": True,  # tini as PID 1 reaps orphans (killed process groups leave zombies otherwise)

@@ -326,11 +326,15 @@ class DockerFarm(FarmLifetime):
                 raise ImageMissing(str(e)) from e
             except Exception as e:  # the copy failed: an engine's doing
                 raise DockerError(f"image {image} to {host.name}: {type(e).__name__}: {e}") from e
+            run = await self._runnable(host, image, workdir, limits)
             await self._rate.wait()
             sb = await self._create_once(
-                host.client(), image, run_id=self.run_id, config=self.config, limits=limits,
+                host.client(), run.image, run_id=self.run_id, config=self.config,
+                limits=limits if run.user == limits.user else
+                limits.model_copy(update={"user": run.user}),
                 workdir=workdir, instance_id=instance_id,
             )
+            sb.image_user = run.how
         except BaseException as e:
             self.hosts.release(host)
             if _engine_failed(e):
@@ -342,6 +346,20 @@ class DockerFarm(FarmLifetime):
         if host.drained:  # drained while this one was made
             sb.mark_host_lost(f"{host.name}: {host.drained}")
         return sb
+
+    async def _runnable(self, host: Any, image: str, workdir: str, limits: SandboxLimits) -> Any:
+        """How `image` runs on `host` (`FarmConfig.image_user`): `envs.derived_image.prepare`,
+        which builds the derived layer there the first time."""
+        from swefleet.envs.derived_image import DeriveError, prepare
+
+        try:
+            return await asyncio.to_thread(
+                prepare, host.client(), image, workdir, self.config.image_user, limits.user
+            )
+        except DeriveError:
+            raise
+        except Exception as e:  # the engine failed the inspection or the build
+            raise DockerError(f"prepare {image} on {host.name}: {type(e).__name__}: {e}") from e
 
     async def _create_once(self, *args: Any, **kwargs: Any) -> DockerSandbox:
         """`DockerSandbox.create`, but a cancelled caller leaves a tracked removal behind (so

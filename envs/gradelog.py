@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 from swefleet.envs.patchfiles import split_patch
+from swefleet.envs.tamper import tamper_evidence
+
 from swefleet.types import GradeResult, GradeStatus, Task
 
 # SWE-bench's log markers (swebench.harness.constants), repeated here so that reading a log does
@@ -34,6 +36,7 @@ REASON_PATCH = "patch did not apply"
 REASON_TIMEOUT = "tests timed out"
 REASON_NO_SUITE = "suite did not run"
 REASON_INFRA = "infra"
+REASON_TAMPERED = "tampered"
 
 #: SWE-bench's NON_TEST_EXTS: files of a test patch that are data, not test files to run.
 NON_TEST_EXTS = (
@@ -121,8 +124,15 @@ def _test_spec(task: Task):
         FAIL_TO_PASS=task.FAIL_TO_PASS,
         PASS_TO_PASS=task.PASS_TO_PASS,
         log_parser=parser_key(task.log_parser),
-        eval_type="pass_and_fail",
+        eval_type=eval_type_of(task),
     )
+
+
+def eval_type_of(task: Task) -> str:
+    """swebench's eval type of the task: its `eval_type` field (SWE-bench rows carry one;
+    `fail_only` for runners whose parser records failures only), else `pass_and_fail`."""
+    value = (task.model_extra or {}).get("eval_type")
+    return value if isinstance(value, str) and value else "pass_and_fail"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,6 +147,8 @@ def regrade_from_log(task: Task, log_text: str) -> GradeResult:
     dropped = verdict.get("dropped")
     if isinstance(dropped, list):
         result.dropped_paths = [str(p) for p in dropped]
+    if isinstance(verdict.get("flags"), list):
+        result.flags = [str(f) for f in verdict["flags"]]
     if phase == "infra":
         result.reason = f"{REASON_INFRA}: {verdict.get('error', 'unknown')}"
     elif phase == "model_patch":
@@ -153,7 +165,7 @@ def regrade_from_log(task: Task, log_text: str) -> GradeResult:
     elif verdict.get("timed_out"):
         result.reason = REASON_TIMEOUT
     else:
-        _decide_tests(task, _test_output(log_text), verdict.get("exit_code"), result)
+        _decide_tests(task, _test_output(log_text), verdict.get("exit_code"), result, verdict)
     return result
 
 
@@ -198,12 +210,21 @@ def _whole_id(line: str) -> str | None:
     return whole if whole.endswith("]") else None
 
 
-def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeResult) -> None:
+def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeResult,
+                  verdict: dict | None = None) -> None:
     swebench_harness()
+    from swebench.harness.constants import EvalType
     from swebench.harness.grading import SUITE_RAN, get_eval_tests_report, get_resolution_status
 
     status_map = _with_whole_ids(output, get_log_parser(task.log_parser)(output, _test_spec(task)))
-    result.tests = status_map
+    canaries = (verdict or {}).get("canaries") or {}
+    planted = {*(canaries.get("pass") or []), *(canaries.get("fail") or [])}
+    result.tests = {t: st for t, st in status_map.items() if t not in planted}  # task's own
+    deciding = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+    if why := tamper_evidence(status_map, exit_code, deciding, verdict or {}):
+        result.status = GradeStatus.tampered
+        result.reason = f"{REASON_TAMPERED}: " + "; ".join(why)[:1000]
+        return
     if not status_map and not SUITE_RAN.search(output):
         result.reason = f"{REASON_NO_SUITE} (exit code {exit_code}, no test results in the log)"
         return
@@ -215,7 +236,7 @@ def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeR
         )
         return
     gold = {"FAIL_TO_PASS": task.FAIL_TO_PASS, "PASS_TO_PASS": task.PASS_TO_PASS}
-    report = get_eval_tests_report(status_map, gold)
+    report = get_eval_tests_report(status_map, gold, eval_type=EvalType(eval_type_of(task)))
     result.fail_to_pass = report["FAIL_TO_PASS"]
     result.pass_to_pass = report["PASS_TO_PASS"]
     if get_resolution_status(report) == "RESOLVED_FULL":  # swebench's ResolvedStatus.FULL

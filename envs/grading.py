@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import functools
 import io
 import json
 import logging
@@ -61,6 +62,9 @@ from swefleet.envs.gradelog import (
 from swefleet.envs.hosts import HostSet, connect, engine_fault
 from swefleet.envs.protect import drop_protected, matches, pytest_section
 from swefleet.envs.protocol import Grader, InfraError
+from swefleet.envs.tamper import runner_flags
+from swefleet.envs.tamperrun import collect_junit, junit_path, junit_prefix, plant_canaries
+
 from swefleet.types import GradeResult, GradeStatus, Task
 
 log = logging.getLogger(__name__)
@@ -124,6 +128,9 @@ def _tar_files(files: Mapping[str, str], uid: int = 1000) -> bytes:
 class _Session:
     """One grading run inside one started container; builds the log step by step."""
 
+    uid = 1000
+    """Owner of the scratch files (`/tmp/swefleet`): the uid that runs the steps."""
+
     def __init__(self, container, task: Task, deadline: float, log_cap: int,
                  config: GradingConfig, exec_deadline=None):
         """`container`: Docker's container object, or any object with its `put_archive` and
@@ -134,13 +141,17 @@ class _Session:
         self.exec_deadline = exec_deadline or _exec_with_deadline
         self.lines: list[str] = [f">>>>> swefleet grade {task.instance_id} image={task.image}"]
         self.dropped: list[str] = []
+        self.flags: list[str] = []
+        self.evidence: dict = {}
+        """Tamper evidence for the verdict (`envs/tamperrun.py`): `canaries`, `junit`."""
 
     def run(self, model_patch: str) -> str:
+        self.flags = runner_flags(model_patch)
         model_patch, self.dropped = drop_protected(model_patch, self.config.protected_paths)
         self.lines += [f"{PROTECTED_DROPPED}: {p}" for p in self.dropped]
         self.container.put_archive(
             "/tmp", _tar_files({"model.patch": model_patch, "test.patch": self.task.test_patch,
-                                _MARK: ""})
+                                _MARK: ""}, self.uid)
         )
         if not self._apply_model_patch(model_patch):
             return self._finish({"phase": "model_patch"})
@@ -155,6 +166,9 @@ class _Session:
         ):
             self.lines.append(APPLY_PATCH_FAIL + " (test patch)")
             return self._finish({"phase": "test_patch"})
+        if self.config.canaries:
+            tar = functools.partial(_tar_files, uid=self.uid)  # owned by who runs the steps
+            self.evidence = plant_canaries(self, _SCRATCH, tar)
         return self._run_tests()
 
     def _remaining(self) -> float:
@@ -242,7 +256,8 @@ class _Session:
 
     def _run_tests(self) -> str:
         files = " ".join(shlex.quote(f) for f in test_files_of(self.task))
-        script = (
+        junit = junit_path(_SCRATCH) if self.evidence else ""
+        script = (junit_prefix(junit) if junit else "") + (
             # a group, so that every command of a compound test_cmd is captured
             f"{{ {self.task.test_cmd} {files}\n}} 2>&1 | head -c 50000000 > {_SCRATCH}/test.out; "
             f"echo ${{PIPESTATUS[0]}} > {_SCRATCH}/test.rc"
@@ -257,6 +272,11 @@ class _Session:
         self.lines += [START_TEST_OUTPUT, output, END_TEST_OUTPUT, f"{TEST_EXIT_CODE}: {rc}"]
         if timed_out:
             self.lines.append(TESTS_TIMEOUT)
+        elif junit:
+            canaries = self.evidence["canaries"]
+            ids = {*canaries["pass"], *canaries["fail"], *self.task.FAIL_TO_PASS,
+                   *self.task.PASS_TO_PASS}
+            self.evidence.update(collect_junit(self, junit, ids))
         return self._finish(
             {"phase": "tests", "exit_code": None if timed_out else rc, "timed_out": timed_out}
         )
@@ -279,6 +299,10 @@ class _Session:
     def _finish(self, verdict: dict) -> str:
         if self.dropped:
             verdict = {**verdict, "dropped": self.dropped}
+        if self.flags:
+            verdict = {**verdict, "flags": self.flags}
+        if verdict.get("phase") == "tests":
+            verdict = {**verdict, **self.evidence}
         return "\n".join(self.lines) + "\n" + VERDICT + json.dumps(verdict) + "\n"
 
 
@@ -341,6 +365,7 @@ class DockerGrader(Grader):
         max_file_mb: int = 1024,
         config: GradingConfig | None = None,
         hosts: HostSet | None = None,
+        image_user: str = "derive",
     ):
         """`timeout_s`: deadline of one grading run (patches + tests); `mem_limit`, `pids_limit`,
         `cpus`: container limits; `user`: who runs the steps (owner of the repo in the image);
@@ -349,7 +374,10 @@ class DockerGrader(Grader):
         of asyncio's default executor); `max_file_mb`: largest file the patch and the tests
         may write (`ulimit -f`, as in the sandbox), so a runaway test cannot fill the disk;
         `config`: what is protected from the model patch (default `GradingConfig()`);
-        `hosts`: the farm's Docker hosts (default: the local engine only)."""
+        `hosts`: the farm's Docker hosts (default: the local engine only); `image_user`: how a
+        task image runs (`FarmConfig.image_user`, `envs/derived_image.py`: `derive` adds the
+        `agent` user to an image swefleet did not build, in a cached layer; `image` runs as the
+        image's own user; `agent` as `user`); `image_user_of` says which way an image ran."""
         self.config = config or GradingConfig()
         self.hosts = hosts
         self._host_clients: dict[str, tuple] = {}
@@ -357,6 +385,9 @@ class DockerGrader(Grader):
         self.run_id, self.timeout_s = run_id, timeout_s
         self.max_file_mb = max_file_mb
         self.mem_limit, self.pids_limit, self.cpus, self.user = mem_limit, pids_limit, cpus, user
+        self.image_user = image_user
+        self._how: dict[str, str] = {}
+        """Per task image: how its last grading container ran it (`Prepared.how`)."""
         self.log_cap_chars = log_cap_chars
         self._pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="swefleet-grade")
         self._closing = False
@@ -398,6 +429,11 @@ class DockerGrader(Grader):
         result = regrade_from_log(task, log_text)
         result.duration_s = time.monotonic() - started
         return result
+
+    def image_user_of(self, image: str) -> str:
+        """How the last grading container of `image` ran it (`envs.derived_image.Prepared.how`:
+        `agent`, `derived`, `image`); '' before one was made (or on the bwrap backend)."""
+        return self._how.get(image, "")
 
     def _client(self):
         with self._lock:
@@ -441,9 +477,14 @@ class DockerGrader(Grader):
         return self._run_on(client, task, model_patch, deadline)
 
     def _run_on(self, client, task: Task, model_patch: str, deadline: float) -> str:
+        from swefleet.envs.derived_image import prepare
+
+        run = prepare(client, task.image, task.workdir, self.image_user, self.user)
+        self._how[task.image] = run.how
         container = client.containers.create(
-            task.image,
+            run.image,
             command=["sleep", str(int(self.timeout_s) + 300)],  # the container's lifetime cap
+            entrypoint=[],  # an image's ENTRYPOINT (e.g. `python`) would swallow the command
             name=_container_name(self.run_id, task.instance_id),
             labels={**sandbox_labels(self.run_id, self.timeout_s + 300, task.instance_id),
                     LABEL_KIND: "grade"},  # owner labels: the reaper removes it if we die
@@ -454,7 +495,7 @@ class DockerGrader(Grader):
             pids_limit=self.pids_limit,
             nano_cpus=int(self.cpus * 1e9),
             ulimits=[_fsize_ulimit(self.max_file_mb)],
-            user=self.user,
+            user=run.user,
             working_dir=task.workdir,
             init=True,
             environment={"PYTHONUNBUFFERED": "1", "GIT_PAGER": "cat"},
@@ -462,9 +503,19 @@ class DockerGrader(Grader):
         try:
             container.start()
             session = _Session(container, task, deadline, self.log_cap_chars, self.config)
+            if run.how == "image":  # the image's own user: its files in /tmp are its own
+                session.uid = _uid_of(container)
             return session.run(model_patch)
         finally:
             _remove(container)
+
+
+def _uid_of(container) -> int:
+    """The uid that runs commands in the started `container`."""
+    res = container.exec_run(["id", "-u"])
+    if res.exit_code != 0:
+        raise InfraError(f"`id -u` failed in the grading container: {res.output[-500:]!r}")
+    return int(res.output.decode().strip())
 
 
 def _fsize_ulimit(max_file_mb: int):

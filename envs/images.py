@@ -254,7 +254,8 @@ def _touch_usage(tag: str) -> None:
 
 
 def prune_images(older_than_days: float = 7.0) -> list[str]:
-    """Remove task images not used for `older_than_days` (the disk budget). Returns removed tags."""
+    """Remove task images and derived layers (`envs.derived_image`) not used for
+    `older_than_days` (the disk budget). Returns removed tags."""
     import docker.errors
 
     client = docker_client()
@@ -264,7 +265,9 @@ def prune_images(older_than_days: float = 7.0) -> list[str]:
         usage = {}
     cutoff = time.time() - older_than_days * 86400
     removed = []
-    for image in client.images.list(filters={"label": f"{LABEL_KIND}=task"}):
+    kinds = ("derived", "task")  # derived layers first (their sources cannot go before them)
+    listed = [i for k in kinds for i in client.images.list(filters={"label": f"{LABEL_KIND}={k}"})]
+    for image in listed:
         for tag in image.tags:
             if usage.get(tag, 0.0) >= cutoff:
                 continue

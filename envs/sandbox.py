@@ -100,6 +100,9 @@ class DockerSandbox:
         """The farm's `envs.hosts.Host` this sandbox runs on (None outside a farm)."""
         self.host_lost = ""
         """Why the farm gave this sandbox's host up (`mark_host_lost`); empty while it has not."""
+        self.image_user = ""
+        """How the farm ran the task image (`envs.derived_image.Prepared.how`: `agent`,
+        `derived` or `image`); empty outside a farm."""
         self.on_engine_error: Callable[[BaseException], None] | None = None
         """Told about every Docker error of an operation (the farm judges the host's health)."""
         self.session = ShellSession(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import re
 import tempfile
 from pathlib import Path
@@ -33,6 +34,8 @@ from pydantic import ValidationError
 
 from swefleet.envs.images import DEFAULT_BASE_IMAGE, ensure_task_image
 from swefleet.types import Task
+
+log = logging.getLogger(__name__)
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 _HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -130,7 +133,12 @@ def _read_hub(name: str, split: str) -> list[dict]:
 
 
 def validate_records(records: list[dict], where: str) -> list[Task]:
-    """Validate raw records into Tasks; `where` names the source in error messages."""
+    """Validate raw records into Tasks; `where` names the source in error messages. SWE-bench
+    exports (detected by their columns) go through `_validate_swebench_rows`."""
+    from swefleet.envs.swebench_rows import is_swebench_export
+
+    if is_swebench_export(records):
+        return _validate_swebench_rows(records, where)
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for i, record in enumerate(records):
@@ -142,6 +150,34 @@ def validate_records(records: list[dict], where: str) -> list[Task]:
             )
         seen[task.instance_id] = i
         tasks.append(task)
+    return tasks
+
+
+def _validate_swebench_rows(records: list, where: str) -> list[Task]:
+    """SWE-bench rows mapped by swebench's own specs (`envs/swebench_rows.py`). A malformed row
+    is logged as one line naming the row and the field, and the other rows still load; a file
+    with no good row raises the first of those lines."""
+    from swefleet.envs.swebench_rows import read_rows
+
+    rows = read_rows(records, where)
+    errors, tasks, seen = list(rows.errors), [], set()
+    for i, record in rows.records:
+        try:
+            task = _validate_record(record, f"{where}: record {i}")
+        except TaskFileError as e:
+            errors.append((i, str(e)))
+            continue
+        if task.instance_id in seen:
+            errors.append((i, f"{where}: record {i} (instance_id={task.instance_id!r}): field "
+                              "'instance_id': duplicate"))
+            continue
+        seen.add(task.instance_id)
+        tasks.append(task)
+    errors = [line for _, line in sorted(errors)]
+    for line in errors:
+        log.warning("skipped a SWE-bench row: %s", line)
+    if errors and not tasks:
+        raise TaskFileError(errors[0] + (f" (and {len(errors) - 1} more)" if errors[1:] else ""))
     return tasks
 
 
@@ -195,6 +231,11 @@ def _check_semantics(task: Task, where: str) -> None:
         get_log_parser(task.log_parser)
     except ValueError as e:
         raise TaskFileError(f"{where}: field 'log_parser': {e}") from None
+    eval_type = (task.model_extra or {}).get("eval_type")
+    if eval_type is not None and eval_type not in ("pass_and_fail", "fail_only"):
+        raise TaskFileError(
+            f"{where}: field 'eval_type': {eval_type!r} is not pass_and_fail or fail_only"
+        )
     if not task.image and not task.source_dir and not recipe_of(task):
         raise TaskFileError(f"{where}: field 'image': neither 'image' nor 'source_dir' is set")
 

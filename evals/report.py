@@ -1,7 +1,7 @@
 """Eval report: every number recomputed from the raw per-episode records (`episodes.jsonl`).
 
 Schema `swefleet.eval/2` (JSON): success_rate, ci95, pass_at_k, pass_hat_k, avg_at_k, flip_rate,
-n_tasks, n_episodes, infra_errors, success_rate_infra_as_failure, tokens_mean, wall_s_mean,
+n_tasks, n_episodes, infra_errors, tampered, success_rate_infra_as_failure, tokens_mean, wall_s_mean,
 per_task. Infra errors are excluded from the rates (and counted); the `_infra_as_failure` rate
 counts them as failures, for comparison.
 """
@@ -44,6 +44,7 @@ def build_report(records: list[dict], k: int) -> dict:
         "n_tasks": len(all_tasks),
         "n_episodes": len(records),
         "infra_errors": sum(1 for r in records if r["resolved"] is None),
+        "tampered": sum(1 for r in records if (r.get("grade") or {}).get("status") == "tampered"),
         "success_rate_infra_as_failure": success_rate(
             outcomes_by_task(records, infra_as_failure=True)),
         "tokens_mean": sum(tokens) / len(tokens) if tokens else 0.0,
@@ -60,7 +61,8 @@ def report_markdown(report: dict) -> str:
         f"- success rate: **{report['success_rate']:.1%}** (95% CI {lo:.1%} – {hi:.1%})",
         (f"- tasks: {report['n_tasks']}, episodes: {report['n_episodes']}, "
          f"infra errors: {report['infra_errors']} "
-         f"(rate with them as failures: {report['success_rate_infra_as_failure']:.1%})"),
+         f"(rate with them as failures: {report['success_rate_infra_as_failure']:.1%})"
+         f", tampered grades: {report.get('tampered', 0)}"),
         "- pass@k: " + ", ".join(f"k={k}: {_pct(v)}" for k, v in report["pass_at_k"].items()),
         "- pass^k: " + ", ".join(f"k={k}: {_pct(v)}" for k, v in report["pass_hat_k"].items()),
         (f"- flip rate: {report['flip_rate']:.1%}; tokens/episode: {report['tokens_mean']:.0f}; "

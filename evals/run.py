@@ -7,6 +7,13 @@ against a served checkpoint: the config's inference fleet on `--model DIR` (embe
 servers, supervised), or `--server URL` (repeatable), each checked at startup to answer GET
 /v1/models and to serve `inference.model_name`, else a config error, exit code 2, naming the
 served models: `evals.served`).
+
+SWE-bench harness conventions (docs/eval.md): `--instance-ids`/`--filter`/`--slice` pick the
+instances (`evals.select`), `--max-workers` runs that many at a time, `--timeout` bounds each
+episode and each grading run, and every episode leaves SWE-bench's per-instance logs under
+`logs/run_evaluation/<run_id>/<model>/<instance_id>/` (`evals.harness_logs`) and its full
+trajectory under `trajectories/` (exportable: `evals.export`). Restarting on the same directory
+re-runs the episodes whose last status was `infra_error` (`evals.resume`).
 """
 
 from __future__ import annotations
@@ -17,9 +24,14 @@ import json
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
+from swefleet.evals.export import EVAL_META, trajectory_path
+from swefleet.evals.harness_logs import instance_log_dir, write_instance_logs
 from swefleet.evals.report import build_report, report_markdown
+from swefleet.evals.resume import drop_retryable
+from swefleet.evals.select import select_tasks
 from swefleet.evals.served import check_served_model
 from swefleet.rundir import append_jsonl, read_jsonl, write_json_atomic
 from swefleet.types import EpisodeStatus, GradeStatus, Task, Trajectory
@@ -32,7 +44,7 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     from swefleet.orchestrator.run import prepare_tasks
     from swefleet.config import load_config
 
-    cfg = load_config(args.config, args.set, servers=args.server)  # no --config: defaults
+    cfg = load_config(args.config, harness_overrides(args) + args.set, servers=args.server)
     cfg.tasks.path, cfg.tasks.split, cfg.tasks.limit = args.tasks, args.split, None
     if args.agent == "model":  # before any task: a wrong name or a missing vLLM fails at once
         from swefleet.servers import check_launchable
@@ -43,37 +55,105 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(cfg.model_dump_json(indent=2))  # what this eval ran with
-    run_id = f"eval-{uuid.uuid4().hex[:8]}"
+    run_id = f"eval-{uuid.uuid4().hex[:8]}"  # labels this process's containers
+    layout = _Layout(out, log_run_id(args, out), model_name_for(args))
     try:
         from swefleet.envs.containers import docker_client
         from swefleet.envs.reaper import reap_dead_runs
 
         if cfg.envs.backend == "docker" and not cfg.envs.hosts:  # (bwrap boxes die with
             reap_dead_runs(docker_client())  # their process; a farm over hosts reaps each)
-        select = None
-        if args.agent == "predictions":
-            preds = load_predictions_for(args)
-            select = lambda ts: only_predicted(ts, preds, args.predictions)
-        tasks = prepare_tasks(cfg, select)
-        asyncio.run(_eval(cfg, args, tasks, out, run_id))
+        tasks = prepare_tasks(cfg, _selector(args))
+        write_eval_meta(args, layout, tasks)
+        drop_retryable(out / "episodes.jsonl")
+        asyncio.run(_eval(cfg, args, tasks, layout, run_id))
     finally:
         if cfg.envs.backend == "docker":
             remove_run_containers(run_id)
-    records = read_jsonl(out / "episodes.jsonl")
+    selected = {t.instance_id for t in tasks}  # the report covers this invocation's instances
+    records = [r for r in read_jsonl(out / "episodes.jsonl") if r["task_id"] in selected]
     report = build_report(records, args.k)
     report.update(cost_fields(report, cfg.orchestrator))
     write_json_atomic(out / "report.json", report)
-    write_swebench_outputs(records, out,
-                           model_name=args.model or ",".join(args.server) or args.agent)
+    write_swebench_outputs(records, out, model_name=layout.model_name)
     (out / "report.md").write_text(report_markdown(report))
+    if args.export_trajectories:
+        from swefleet.evals.export import export_mini_swe_agent
+
+        export_mini_swe_agent(out)
     print(report_markdown(report))
     return 0
 
 
-async def _eval(cfg, args, tasks: list[Task], out: Path, run_id: str) -> None:
+@dataclass(frozen=True)
+class _Layout:
+    """Where one eval's files go."""
+
+    out: Path
+    run_id: str
+    """SWE-bench's run id: names `logs/run_evaluation/<run_id>/`."""
+    model_name: str
+    """`model_name_or_path` of the predictions and the log paths."""
+
+
+def harness_overrides(args: argparse.Namespace) -> list[str]:
+    """`--max-workers` and `--timeout` as config overrides (an explicit `--set` comes after
+    them, so it wins): N instances at a time (episodes and sandboxes); T seconds per episode
+    and per grading run."""
+    sets = []
+    if args.max_workers:
+        sets += [f"orchestrator.max_concurrent_episodes={args.max_workers}",
+                 f"envs.max_concurrent={args.max_workers}"]
+    if args.timeout:
+        sets += [f"agent.episode_timeout_s={args.timeout}",
+                 f"envs.grading.timeout_s={args.timeout}"]
+    return sets
+
+
+def log_run_id(args: argparse.Namespace, out: Path) -> str:
+    """`--run-id`, else the one this output dir was run with, else the dir's name."""
+    if args.run_id:
+        return args.run_id
+    meta = out / EVAL_META
+    return json.loads(meta.read_text())["run_id"] if meta.is_file() else out.resolve().name
+
+
+def model_name_for(args: argparse.Namespace) -> str:
+    """`model_name_or_path` of the outputs: the predictions' own (when they agree on one), the
+    model dir, the servers, or the agent's name."""
+    if args.agent == "predictions" and args.predictions:
+        names = {p.model_name_or_path for p in load_predictions_for(args).values()}
+        if len(names) == 1 and (name := names.pop()) != "unknown":
+            return name
+    return args.model or ",".join(args.server) or args.agent
+
+
+def write_eval_meta(args: argparse.Namespace, layout: _Layout, tasks: list[Task]) -> None:
+    """`eval_run.json`: what `swefleet export` and a resumed eval need to know about the run."""
+    source = Path(args.tasks)
+    write_json_atomic(layout.out / EVAL_META, {
+        "run_id": layout.run_id, "model_name_or_path": layout.model_name, "agent": args.agent,
+        "model": str(Path(args.model).resolve()) if args.model else "",
+        "tasks": str(source.resolve()) if source.exists() else args.tasks,
+        "split": args.split, "k": args.k, "instance_ids": [t.instance_id for t in tasks]})
+
+
+def _selector(args: argparse.Namespace):
+    """The task filter of this eval: the predictions' instances, then the selection flags."""
+    preds = load_predictions_for(args) if args.agent == "predictions" else None
+
+    def select(tasks: list[Task]) -> list[Task]:
+        if preds is not None:
+            tasks = only_predicted(tasks, preds, args.predictions)
+        return select_tasks(tasks, args.instance_ids, args.filter, args.slice)
+
+    return select
+
+
+async def _eval(cfg, args, tasks: list[Task], layout: _Layout, run_id: str) -> None:
     from swefleet.envs.backends import make_grader
 
-    episodes = out / "episodes.jsonl"
+    episodes = layout.out / "episodes.jsonl"
     done = {(r["task_id"], r["attempt"]) for r in read_jsonl(episodes)}
     todo = [(t, a) for t in tasks for a in range(args.k) if (t.instance_id, a) not in done]
     log.info("%d episodes to run (%d already done)", len(todo), len(done))
@@ -86,8 +166,10 @@ async def _eval(cfg, args, tasks: list[Task], out: Path, run_id: str) -> None:
         async with limit:
             t0 = time.monotonic()
             traj = await policy(task, grader)
-            record = _record(task, attempt, traj, time.monotonic() - t0)
-            append_jsonl(episodes, record)
+            wall_s = time.monotonic() - t0
+            await asyncio.to_thread(_keep_episode, layout, traj, attempt, wall_s)
+            record = _record(task, attempt, traj, wall_s)
+            append_jsonl(episodes, record)  # last: a recorded episode has its files
             progress.update(record)
 
     try:
@@ -97,6 +179,16 @@ async def _eval(cfg, args, tasks: list[Task], out: Path, run_id: str) -> None:
         await policy.aclose()
 
 
+def _keep_episode(layout: _Layout, traj: Trajectory, attempt: int, wall_s: float) -> None:
+    """The full trajectory (`trajectories/<instance_id>/<attempt>.json`) and SWE-bench's
+    per-instance logs of one finished episode."""
+    from swefleet.agents.export import write_trajectory
+
+    write_trajectory(traj, trajectory_path(layout.out, traj.task_id, attempt))
+    log_dir = instance_log_dir(layout.out, layout.run_id, layout.model_name, traj.task_id, attempt)
+    write_instance_logs(log_dir, traj, attempt, wall_s)
+
+
 def _record(task: Task, attempt: int, traj: Trajectory, wall_s: float) -> dict:
     scorable = traj.status not in (EpisodeStatus.infra_error, EpisodeStatus.cancelled)
     return {
@@ -104,7 +196,7 @@ def _record(task: Task, attempt: int, traj: Trajectory, wall_s: float) -> dict:
         "status": traj.status.value, "reason": traj.reason,
         "resolved": (traj.status == EpisodeStatus.resolved) if scorable else None,
         "tokens": traj.n_tokens, "turns": len(traj.turns), "wall_s": wall_s,
-        "model_patch": traj.model_patch,
+        "model_patch": traj.model_patch, "image_user": traj.image_user,
         "grade": traj.grade.model_dump(exclude={"log"}) if traj.grade else None,
     }
 
@@ -154,6 +246,7 @@ class _PatchPolicy:
             traj.status, traj.reason = EpisodeStatus.infra_error, f"{type(e).__name__}: {e}"
             return traj
         traj.grade = result
+        traj.image_user = getattr(grader, "image_user_of", lambda image: "")(task.image)
         if result.status == GradeStatus.resolved:
             traj.status, traj.reward = EpisodeStatus.resolved, 1.0
         elif result.status == GradeStatus.error and result.reason.startswith("infra"):

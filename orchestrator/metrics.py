@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from swefleet.types import EpisodeStatus, Trajectory
+from swefleet.types import EpisodeStatus, GradeStatus, Trajectory
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -44,6 +44,9 @@ def rollout_metrics(trajs: list[Trajectory], trained_version: int) -> dict:
     }
     for status, n in statuses.items():
         out[f"rollout/status/{status}"] = n
+    graded = [t.grade for t in trajs if t.grade is not None]
+    out["rollout/grade_tampered"] = sum(g.status == GradeStatus.tampered for g in graded)
+    out["rollout/grade_flagged"] = sum(bool(g.flags) for g in graded)
     for phase in ("sandbox", "model", "env", "grading"):
         vals = [t.timings[phase] for t in trajs if phase in t.timings]
         out[f"rollout/phase_{phase}_mean_s"] = sum(vals) / len(vals) if vals else 0.0

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class EpisodeStatus(StrEnum):
-    """How an episode ended. Exactly one per episode (see DESIGN.md)."""
+    """How an episode ended. Exactly one per episode (docs/architecture.md, "Contracts")."""
 
     resolved = "resolved"
     unresolved = "unresolved"
@@ -41,6 +41,10 @@ class GradeStatus(StrEnum):
     resolved = "resolved"
     unresolved = "unresolved"
     error = "error"
+    tampered = "tampered"
+    """The test run was not the run that happened: a canary test had the wrong outcome, a
+    deciding test vanished, or the exit status / JUnit report contradict the log
+    (`envs/tamper.py`); reward 0."""
 
 
 class Task(BaseModel):
@@ -149,6 +153,11 @@ class Trajectory(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     """Seconds per phase: sandbox, model, env, grading, total."""
     grade: GradeResult | None = None
+    image_user: str = ""
+    """How the episode's sandbox ran the task image (`envs.config.FarmConfig.image_user`):
+    `agent` (the image's own uid-1000 `agent` user), `derived` (a cached swefleet layer added
+    it), `image` (the image's own user); for a policy without a sandbox (oracle, empty,
+    predictions) the grader's; empty when unknown (bwrap, no sandbox was made)."""
 
     @property
     def policy_versions(self) -> list[int]:
@@ -167,7 +176,8 @@ class GradeResult(BaseModel):
     reason: str = ""
     """Why: `patch did not apply`, `tests timed out`, `suite did not run`, `infra: ...`."""
     tests: dict[str, str] = Field(default_factory=dict)
-    """Per-test outcome parsed from the log (PASSED, FAILED, ERROR, SKIPPED)."""
+    """Per-test outcome parsed from the log (PASSED, FAILED, ERROR, SKIPPED); the grader's
+    canary tests (`envs/canary.py`) are left out."""
     fail_to_pass: dict[str, list[str]] = Field(default_factory=dict)
     """{"success": [...], "failure": [...]}"""
     pass_to_pass: dict[str, list[str]] = Field(default_factory=dict)
@@ -178,6 +188,10 @@ class GradeResult(BaseModel):
     """Files of the model patch that were not graded because they change protected test
     infrastructure (`conftest.py`, pytest's config, `*.pth`, ...: `envs.config.GradingConfig`);
     empty in records written before this field existed."""
+    flags: list[str] = Field(default_factory=list)
+    """Added lines of the model patch that reference test-runner internals (`_pytest`, pytest
+    hooks, `os._exit`, `conftest`, `.pth`, ...) and test files it touches
+    (`envs.tamper.runner_flags`): recorded for review, not failed on by themselves."""
 
 
 Trajectory.model_rebuild()

@@ -49,20 +49,23 @@ def generate_cli(args: argparse.Namespace) -> int:
 
 
 def validate_cli(args: argparse.Namespace) -> int:
-    from swefleet.envs.grading import DockerGrader
+    from swefleet.envs.backends import make_grader
     from swefleet.envs.images import build_base_image
     from swefleet.envs.reaper import remove_run_containers
     from swefleet.envs.synth.validate import summary, validate_tasks
     from swefleet.envs.tasks import load_tasks, prepare_task_images
 
+    from swefleet.config import load_config
+
     started = time.monotonic()
+    cfg = load_config(getattr(args, "config", ""), getattr(args, "set", []))  # bad: exit 2
     build_base_image(args.base_image)
     tasks = load_tasks(args.file, split=args.split)
     if args.limit:
         tasks = tasks[: args.limit]
     prepare_task_images(tasks, args.file, args.base_image)
     run_id = f"validate-{uuid.uuid4().hex[:8]}"
-    grader = DockerGrader(run_id, timeout_s=args.timeout, max_parallel=args.concurrency)
+    grader = make_grader(run_id, cfg.envs, timeout_s=args.timeout)
     try:
         rows = asyncio.run(validate_tasks(tasks, grader, args.k, args.concurrency))
     finally:

@@ -24,7 +24,7 @@ from tests.integration.test_envs_grading_docker import (
 
 pytestmark = pytest.mark.integration
 
-UNPROTECTED = GradingConfig(protected_paths=(), protected_pytest_config=())
+UNPROTECTED = GradingConfig(protected_paths=(), protected_pytest_config=(), canaries=False)
 
 
 def forcing_conftest(outcome: str) -> str:

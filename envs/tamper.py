@@ -1,0 +1,146 @@
+"""Tamper evidence: is the test run the grader saw the run that happened? (no Docker)
+
+A model patch's code runs inside the test process, so no file it may edit can be protected.
+The grader therefore checks the run's consistency from outside (`envs/grading.py` collects,
+`envs/gradelog.py` decides; all evidence is in the log's verdict line, so a stored log is judged
+the same way again):
+
+- canaries (`envs/canary.py`): each must-pass canary PASSED, each must-fail canary FAILED;
+- a canary is missing while a deciding test (FAIL_TO_PASS / PASS_TO_PASS) is reported, or a
+  deciding test is missing while the canaries are all reported;
+- the runner's exit status: with a must-fail canary planted a genuine pytest run exits non-zero;
+- pytest's JUnit XML report (written to a path the model cannot predict, read by the grader
+  after the run): it must exist when the log reports tests, and agree with the log on every
+  canary and deciding test.
+
+Any of these makes the grade `tampered` (reward 0). Separately, `runner_flags` lists added
+lines of the model patch that reference test-runner internals; they are recorded
+(`GradeResult.flags`), never failed on by themselves: a real fix may need them (pytest's own
+repository, a CLI's `sys.exit`).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from swefleet.envs.patchfiles import split_patch
+
+#: (label, pattern) of added lines that reach into the test runner or the interpreter's start.
+RUNNER_PATTERNS = (
+    ("_pytest", re.compile(r"\b_pytest\b")),
+    ("pytest hook", re.compile(r"\bpytest_[a-z_]+")),
+    ("pytest plugin manager", re.compile(r"\bpluginmanager\b|\bpytest_plugins\b")),
+    ("sys.exit", re.compile(r"\bsys\.exit\b")),
+    ("os._exit", re.compile(r"\bos\._exit\b|\b_exit\s*\(")),
+    ("atexit", re.compile(r"\batexit\b")),
+    ("unittest.TestResult", re.compile(r"\bTestResult\b|\bTextTestRunner\b")),
+    ("conftest", re.compile(r"conftest")),
+    ("sitecustomize", re.compile(r"\b(?:site|user)customize\b")),
+    (".pth", re.compile(r"\.pth\b")),
+    ("PYTEST_ env", re.compile(r"\bPYTEST_[A-Z_]+")),
+    ("gc.get_objects", re.compile(r"\bget_objects\b|\bget_referrers\b")),
+)
+_TEST_PATH = re.compile(r"(?:^|/)(?:tests?|testing)/|(?:^|/)test_[^/]*\.py$|_tests?\.py$")
+_PASSING = ("PASSED", "XFAIL")
+_XML_CAP = 32 << 20
+
+
+def runner_flags(patch: str) -> list[str]:
+    """`label in path` for each added line of `patch` that matches `RUNNER_PATTERNS` (test files
+    included: they are reset, but a test helper is not), and `test file: path` for each file of
+    the patch that looks like a test file; sorted, without duplicates."""
+    flags = set()
+    for f in split_patch(patch):
+        path = f.new or f.old or "?"
+        if f.paths and any(_TEST_PATH.search(p) for p in f.paths):
+            flags.add(f"test file: {path}")
+        added = "\n".join(ln[1:] for ln in f.text.split("\n")
+                          if ln.startswith("+") and not ln.startswith("+++"))
+        flags.update(f"{label} in {path}" for label, rx in RUNNER_PATTERNS if rx.search(added))
+    return sorted(flags)[:50]
+
+
+def junit_id(classname: str, name: str, ids: set[str]) -> str | None:
+    """The node id among `ids` that pytest's JUnit XML writes as (`classname`, `name`):
+    `tests/test_x.py::TestA::test_b[1]` -> (`tests.test_x.TestA`, `test_b[1]`)."""
+    return _junit_keys(ids).get((classname, name))
+
+
+def _junit_keys(ids: set[str]) -> dict[tuple[str, str], str]:
+    keys = {}
+    for node_id in ids:
+        parts = node_id.split("::")
+        if len(parts) < 2:
+            continue
+        path = parts[0].removesuffix(".py").replace("/", ".")
+        keys[(".".join([path, *parts[1:-1]]), parts[-1])] = node_id
+    return keys
+
+
+def junit_outcomes(xml: bytes, ids: set[str]) -> dict[str, str] | None:
+    """`passed` / `failed` per id of `ids` the JUnit XML report `xml` holds (an xfail counts as
+    passed, as swebench counts XFAIL), or None when it is not a JUnit report."""
+    if len(xml) > _XML_CAP:
+        return None
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError:
+        return None
+    if root.tag not in ("testsuites", "testsuite"):
+        return None
+    keys = _junit_keys(ids)
+    out: dict[str, str] = {}
+    for case in root.iter("testcase"):
+        node_id = keys.get((case.get("classname", ""), case.get("name", "")))
+        if node_id is None:
+            continue
+        bad = case.find("failure") is not None or case.find("error") is not None
+        skip = case.find("skipped")
+        xfail = skip is not None and skip.get("type") == "pytest.xfail"
+        ok = not bad and (skip is None or xfail)
+        if out.get(node_id) != "failed":  # a test reported twice (call + teardown) fails once
+            out[node_id] = "passed" if ok else "failed"
+    return out
+
+
+def tamper_evidence(status_map: dict[str, str], exit_code: int | None, deciding: list[str],
+                    verdict: dict) -> list[str]:
+    """Why the run in the log cannot be the run that happened; empty when it is consistent or
+    no canary was planted. `verdict`: the log's verdict (`canaries`, `junit`)."""
+    canaries = verdict.get("canaries") or {}
+    must_pass, must_fail = list(canaries.get("pass") or []), list(canaries.get("fail") or [])
+    if not (must_pass or must_fail):
+        return []
+    why = []
+    for cid in must_pass:
+        if cid in status_map and status_map[cid] != "PASSED":
+            why.append(f"canary {cid} must pass, reported {status_map[cid]}")
+    for cid in must_fail:
+        if cid in status_map and status_map[cid] != "FAILED":
+            why.append(f"canary {cid} must fail, reported {status_map[cid]}")
+    missing = [c for c in must_pass + must_fail if c not in status_map]
+    seen = [t for t in deciding if t in status_map]
+    if missing and seen:
+        why.append(f"{len(missing)} canaries missing while {len(seen)} deciding tests are reported")
+    if not missing and len(seen) < len(deciding):
+        why.append(f"{len(deciding) - len(seen)} deciding tests missing although the file ran")
+    if exit_code == 0:
+        why.append("the runner exited 0 although a must-fail canary was planted")
+    why += _junit_evidence(status_map, verdict, must_pass + must_fail + seen)
+    return why
+
+
+def _junit_evidence(status_map: dict[str, str], verdict: dict, ids: list[str]) -> list[str]:
+    if "junit" not in verdict:
+        return []  # JUnit collection was off
+    junit = verdict["junit"]
+    if not isinstance(junit, dict):
+        return ["the JUnit report is missing or unreadable"] if status_map else []
+    why = []
+    for node_id in (i for i in ids if i in status_map):
+        logged = "passed" if status_map[node_id] in _PASSING else "failed"
+        if junit.get(node_id) != logged:
+            why.append(f"{node_id}: the log says {status_map[node_id]}, the JUnit report "
+                       f"{junit.get(node_id, 'nothing')}")
+    return why[:20]
