@@ -103,6 +103,51 @@ def remove_run_containers(run_id: str, client: Any | None = None) -> int:
     return removed
 
 
+def is_dead(labels: dict[str, str], state: str = "", now: float | None = None,
+            grace_s: float = 60.0) -> bool:
+    """A container `swefleet clean` may remove without `--all`: its owner process (on this
+    host) is gone, or its lifetime is over (+ `grace_s`), or it is a sandbox that exited. A
+    container whose owner lives, or runs on another host (cannot be checked), is not dead."""
+    if owner_alive(labels) is False:
+        return True
+    try:
+        expires = float(labels.get(c.LABEL_EXPIRES, "inf"))
+    except ValueError:
+        expires = float("inf")
+    now = time.time() if now is None else now
+    exited = state in ("exited", "dead") and labels.get(c.LABEL_KIND) == "sandbox"
+    return expires + grace_s < now or exited
+
+
+def clean(client: Any, run_id: str | None = None, everything: bool = False) -> tuple[int, int]:
+    """`swefleet clean` on one engine: remove the swefleet containers (of `run_id`, or of every
+    run) whose run is dead (`is_dead`), or all of them with `everything` (other users' live
+    runs too). Returns (removed, kept alive)."""
+    recs = c.list_sandboxes(client, run_id)
+    doomed = [r["Id"] for r in recs
+              if everything or is_dead(r.get("Labels") or {}, r.get("State", ""))]
+    return len(_remove_all(client, doomed)), len(recs) - len(doomed)
+
+
+def clean_everywhere(run_id: str | None = None, everything: bool = False) -> tuple[int, int]:
+    """`clean` on every Docker host `run_id` recorded (`envs.hosts.record_run`), else on the
+    local engine. A host that cannot be reached is logged and skipped."""
+    hosts = recorded_hosts(run_id) if run_id else []
+    if not hosts:
+        return clean(c.docker_client(timeout_s=30), run_id, everything)
+    removed = kept = 0
+    for host in hosts:
+        one = Host(host, timeout_s=30)
+        try:
+            r, k = clean(one.client(), run_id, everything)
+            removed, kept = removed + r, kept + k
+        except Exception as e:  # noqa: BLE001 - clean the other hosts; this one is reported
+            log.warning("could not clean %s on %s: %s: %s", run_id, one.name, type(e).__name__, e)
+        finally:
+            one.close()
+    return removed, kept
+
+
 def leftover_containers(client: Any, run_id: str | None = None) -> list[str]:
     """Ids of swefleet containers (of `run_id`, or all) that still exist."""
     return [rec["Id"] for rec in c.list_sandboxes(client, run_id)]

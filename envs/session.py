@@ -45,6 +45,18 @@ class _Job:
     kill_sent: bool = False
     timed_out: bool = False
     note: str = ""
+    fork_check: bool = True
+    """Still to check whether a fork failure in the output kept the job from starting."""
+
+
+class _ForkBlocked(Exception):
+    """The pids limit is full and the job could not even be started (nothing of it ran)."""
+
+
+_PIDS_NOTE = (
+    "[swefleet: the sandbox hit its pids limit; all processes were killed and a new shell was "
+    "started, cwd/env reset]"
+)
 
 
 class ShellSession:
@@ -164,27 +176,36 @@ class ShellSession:
                 note = "[swefleet: the shell had ended; a new shell was started, cwd/env reset]\n"
                 await self.reset()
             await self._settle_stale()
-            self._n += 1
-            job = _Job(self._n, shell.OutputCapture(shell.end_tag(self._nonce, self._n), max_bytes))
-            await self._send(shell.command_text(self._nonce, self._n, command, persist))
-            if self._pending:
-                self._feed_stdout(job, self._pending)
-                self._pending = b""
+            job = await self._start_job(command, max_bytes, persist)
             try:
-                await self._run_job(job, timeout_s, kill_bytes)
-                if job.capture.pids_full:  # a fork bomb outlived its command: wipe it
-                    job.note = (
-                        "[swefleet: the sandbox hit its pids limit; all processes were "
-                        "killed and a new shell was started, cwd/env reset]"
-                    )
+                try:
+                    await self._run_job(job, timeout_s, kill_bytes)
+                except _ForkBlocked:  # a bomb left running: wipe it, then run the command
+                    await self.reset()
+                    note += _PIDS_NOTE + "\n"
+                    job = await self._start_job(command, max_bytes, persist)
+                    job.fork_check = False
+                    await self._run_job(job, timeout_s, kill_bytes)
+                cap = job.capture  # a fork bomb (the cgroup says, else the fork failures)
+                if cap.pids_full or (cap.pids_unknown and shell.fork_failed(cap)):
+                    job.note = _PIDS_NOTE
                     await self.reset()
             except asyncio.CancelledError:
-                job.kill_wanted, self._stale = True, job
+                job.kill_wanted, job.fork_check, self._stale = True, False, job
                 self._spawn(self._settle_in_background())
                 raise
             except SessionDied as e:
                 raise SessionDied(str(e), self._result(job, note)) from None
             return self._result(job, note)
+
+    async def _start_job(self, command: str, max_bytes: int, persist: bool) -> _Job:
+        self._n += 1
+        job = _Job(self._n, shell.OutputCapture(shell.end_tag(self._nonce, self._n), max_bytes))
+        await self._send(shell.command_text(self._nonce, self._n, command, persist))
+        if self._pending:
+            self._feed_stdout(job, self._pending)
+            self._pending = b""
+        return job
 
     async def _run_job(self, job: _Job, timeout_s: float, kill_bytes: int | None) -> None:
         try:
@@ -211,23 +232,34 @@ class ShellSession:
             )
             await self.reset()
 
-    async def reset(self, attempts: int = 3) -> None:
+    async def reset(self, attempts: int = 5) -> None:
         """Kill every process of the sandbox user (the killer's `kill -9 -1` spares only itself
-        and PID 1), then start a fresh shell. Recovers from fork bombs and stuck shells."""
+        and PID 1), then start a fresh shell. Recovers from fork bombs and stuck shells: the
+        old killer (it needs no fork) is kept until the new shell is up, and kills again
+        before each retry (a start fails while a bomb, or its zombies, fill the pids limit)."""
+        old_killer, self._killer = self._killer, None
         try:
-            await self._send_kill("-1", wait_ack=True)  # before new processes start
-        except (SessionDied, TimeoutError) as e:
-            log.info("killer unavailable for reset: %s", e)
-        for attempt in range(attempts):
-            try:
-                self._close_sockets()
-                await self.start()
-                self.restarts += 1
-                return
-            except Exception as e:
-                if attempt == attempts - 1:
-                    raise SessionDied(f"reset failed: {type(e).__name__}: {e}") from e
-                await asyncio.sleep(0.5)
+            for attempt in range(attempts):
+                if old_killer is not None:  # before new processes start
+                    try:
+                        await self._send_kill("-1", wait_ack=True, killer=old_killer,
+                                              timeout_s=max(10.0, self.kill_grace_s))
+                    except SessionDied as e:
+                        log.info("killer unavailable for reset: %s", e)
+                        old_killer.close()
+                        old_killer = None
+                try:
+                    self._close_sockets()
+                    await self.start()
+                    self.restarts += 1
+                    return
+                except Exception as e:
+                    if attempt == attempts - 1:
+                        raise SessionDied(f"reset failed: {type(e).__name__}: {e}") from e
+                    await asyncio.sleep(0.25 * 2**attempt)
+        finally:
+            if old_killer is not None:
+                old_killer.close()
 
     async def _pump(self, job: _Job, kill_bytes: int | None) -> None:
         """Read until the job's end marker; kill the job's process group once that is wanted."""
@@ -235,11 +267,20 @@ class ShellSession:
             if job.kill_wanted and not job.kill_sent:
                 job.kill_sent = True
                 await self._kill_job(job.n)
+            forks = False
             for stream, payload in self._demux.feed(await self._recv()):
                 if stream == 1:
                     self._feed_stdout(job, payload)
+                    forks = forks or b"ork" in payload
                 else:
                     self._on_stderr(job, payload)
+            if forks and job.fork_check and not job.capture.done and shell.fork_failed(job.capture):
+                job.fork_check = False  # the shell may be retrying the job's own fork
+                # (slow to answer while a bomb shares the container's CPU quota with it)
+                started = await self._send_kill(f"P{job.n}", wait_ack=True,
+                                                 timeout_s=max(10.0, self.kill_grace_s))
+                if started == "w":
+                    raise _ForkBlocked
             if kill_bytes is not None and job.capture.total > kill_bytes and not job.kill_wanted:
                 job.kill_wanted = True
                 job.note = f"[swefleet: the command was killed after {kill_bytes} bytes of output]"
@@ -347,10 +388,17 @@ class ShellSession:
         except OSError as e:
             raise SessionDied(f"shell socket error: {e}") from e
 
-    async def _send_kill(self, targets: str, wait_ack: bool = False) -> str:
-        """A request to the killer (see `shell.KILLER`; drains earlier answers first); with
-        `wait_ack`, returns its answer once the kill was done (or raises TimeoutError)."""
-        killer = self._killer
+    async def _send_kill(
+        self,
+        targets: str,
+        wait_ack: bool = False,
+        killer: socket.socket | None = None,
+        timeout_s: float | None = None,
+    ) -> str:
+        """A request to the killer (`killer`, default the session's; see `shell.KILLER`;
+        drains earlier answers first); with `wait_ack`, returns its answer once the kill was
+        done (`SessionDied` if none comes within `timeout_s`, default `kill_grace_s`)."""
+        killer = killer or self._killer
         if killer is None:
             raise SessionDied("the session is closed")
         loop = asyncio.get_running_loop()
@@ -365,12 +413,14 @@ class ShellSession:
             if not wait_ack:
                 return ""
             demux, answers = self._new_demux(), b""
-            async with asyncio.timeout(self.kill_grace_s):
+            async with asyncio.timeout(timeout_s or self.kill_grace_s):
                 while not answers.endswith(b"\n"):
                     chunk = await loop.sock_recv(killer, _RECV)
                     if not chunk:
                         raise SessionDied("the killer shell ended")
                     answers += b"".join(p for _, p in demux.feed(chunk))
             return answers.decode()[-2]
+        except TimeoutError:  # (an OSError too)
+            raise SessionDied(f"the killer did not answer {targets!r} in time") from None
         except OSError as e:
             raise SessionDied(f"killer socket error: {e}") from e

@@ -12,7 +12,7 @@ shell options (`set -e`, `shopt`) do not persist. Every line of the file only ad
 come last), so a half-written file (a command killed while saving) restores a subset and breaks
 nothing; read-only variables fail their own line only.
 
-Output goes to the socket's stdout stream, ending with `\\x1e<nonce>:E<n>:<rc>:<pids_full>\\n`
+Output goes to the socket's stdout stream, ending with `\\x1e<nonce>:E<n>:<rc>:<pids>\\n`
 written by the job's EXIT trap before it saves the state (so the caller need not wait for the
 save), or by the parent after `wait` when the trap did not save (killed, trap replaced): the
 state file starts with the number of the job that wrote it. Either way after every byte of the
@@ -77,9 +77,9 @@ __sf_fin() {  # the end marker unless the job's trap wrote it; true if the state
   [[ ${__sf_new[1]-}${__sf_new[2]-} != "$__sf_old" ]] || builtin return
   __sf_old=${__sf_new[1]-}${__sf_new[2]-} __sf_fn=${__sf_new[2]:+1}
 }
-__sf_end() {  # flag 1: the pids limit is (nearly) reached, e.g. by a fork bomb left running
-  builtin local f=0 c
-  [[ -n $__sf_pids ]] && builtin read -r c <"$__sf_pids" &&
+__sf_end() {  # flag 1: the pids limit is (nearly) reached, e.g. by a fork bomb left running;
+  builtin local f=2 c  # 2: no pids cgroup to read (the caller judges by the output)
+  [[ -n $__sf_pids ]] && f=0 && builtin read -r c <"$__sf_pids" &&
     (( c >= __sf_pmax - 2 - __sf_pmax / 50 )) && f=1
   builtin printf '\036%s:E%d:%d:%d\n' "$__sf_id" "$1" "$__sf_rc" "$f"
 }
@@ -117,6 +117,8 @@ done; builtin exit 0
 #: The killer: a second, idle shell in the container that kills without forking, so it works
 #: even when a fork bomb has used up the pids limit. `J<n>`: kill job n's process group and wait
 #: until it is gone (answers `k`; `w` if the job has not started yet; `n` if its fork failed);
+#: `P<n>`: has job n started (`s`) or not yet (`w`: its fork has not returned)?
+#: `-1`: `kill -9 -1` until no process of the user but the killer is left (answers `k`);
 #: anything else: `kill -9 --` that (answers `k`).
 KILLER = r"""d=/tmp; [[ -w /dev/shm ]] && d=/dev/shm; F=$d/.swefleet-NONCE-pgid
 while IFS= read -r l; do
@@ -127,6 +129,10 @@ while IFS= read -r l; do
           for ((i = 0; i < 50000; i++)); do builtin kill -0 -- "-$p" 2>/dev/null || break; done
           builtin printf 'k\n'
         else builtin printf 'n\n'; fi ;;
+    P*) j= p=; builtin read -r j p <"$F" 2>/dev/null
+        if [[ $j == "${l#P}" ]]; then builtin printf 's\n'; else builtin printf 'w\n'; fi ;;
+    -1) for ((i = 0; i < 500; i++)); do builtin kill -9 -1 2>/dev/null || break; done
+        builtin printf 'k\n' ;;  # again until none is left: a bomb forks into freed slots
     *) builtin kill -9 -- $l 2>/dev/null; builtin printf 'k\n' ;;
   esac
 done"""
@@ -272,11 +278,27 @@ class PlainStream:
         return [(1, data)] if data else []
 
 
-#: What follows an end tag on its line: `<rc>:<pids_full>`. Anything else after the tag is the
+#: What follows an end tag on its line: `<rc>:<pids>` (0; 1: the pids limit is nearly reached;
+#: 2: the shell cannot see its pids cgroup). Anything else after the tag is the
 #: command's own output (the tag holds a nonce that a command can read and print).
-_END_REST = re.compile(rb"(-?\d{1,10}):([01])\n")
+_END_REST = re.compile(rb"(-?\d{1,10}):([012])\n")
 #: The start of `_END_REST` (the rest of the line has not arrived yet).
-_END_PARTIAL = re.compile(rb"-?\d{0,10}(:[01]?)?")
+_END_PARTIAL = re.compile(rb"-?\d{0,10}(:[012]?)?")
+
+
+#: What a shell or runtime prints when it cannot fork (the pids limit is reached): bash's
+#: `fork: retry: Resource temporarily unavailable`, dash's `Cannot fork`, the job's own note.
+_FORK_FAILED = re.compile(
+    rb"(?m)^[^\n]{0,200}?(: fork: (retry: )?Resource temporarily unavailable$|: Cannot fork$"
+    rb"|^swefleet: could not start the command \(fork failed\)$)"
+)
+
+
+def fork_failed(capture: OutputCapture) -> bool:
+    """True if the captured output shows that processes could not be forked (a fork bomb, or
+    processes left behind that fill the pids limit), where the cgroup cannot tell the shell."""
+    text = capture.head + capture.tail + capture._carry  # (carry: the last bytes, uncommitted)
+    return bool(_FORK_FAILED.search(text))
 
 
 class OutputCapture:
@@ -292,6 +314,8 @@ class OutputCapture:
         self.total = 0
         self.rc: int | None = None
         self.pids_full = False
+        self.pids_unknown = False
+        """The shell cannot read its pids cgroup (so `pids_full` says nothing)."""
         """The shell reported the container's pids limit (nearly) reached after the command."""
         self.done = False
         self.rest = b""
@@ -307,6 +331,7 @@ class OutputCapture:
             if m := _END_REST.match(scan, at):
                 self._commit(scan[:idx])
                 self.rc, self.pids_full = int(m[1]), m[2] == b"1"
+                self.pids_unknown = m[2] == b"2"
                 self.rest = bytes(scan[m.end() :])
                 self._carry = bytearray()
                 self.done = True

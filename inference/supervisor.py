@@ -145,7 +145,9 @@ class Supervisor:
         behind = [i for i, url in enumerate(self.servers.urls)
                   if (self.fleet.server(url).in_service or i in self._behind)
                   and self.fleet.server(url).version != version]
-        if not behind or not all(map(self.servers.exited, behind)):
+        if not behind:  # it failed only on servers already out of service (a hung one being
+            return True  # restarted): they rejoin at this version (`_rejoin`)
+        if not all(map(self.servers.exited, behind)):
             return False
         for i in behind:
             self._take_out(i, "died during a weight update")

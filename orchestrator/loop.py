@@ -7,6 +7,11 @@ Components (each single-purpose, talking through bounded queues and one shared v
 - weight watcher: serves each new trainer checkpoint to the fleet and drops stale episodes;
 - step loop: cuts a batch from whichever groups finished, drops stale rollouts, writes the
   batch file atomically for the trainer process.
+
+No file is written on the event loop: records (episodes, drops, metrics) go to a `Journal`
+(one writer thread, in order, fsynced; a group is batched only once its episodes are durable)
+and batches are packed and written in a worker thread. `inline_writes=True` keeps the old,
+blocking path (the baseline of `benchmarks/event_loop.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +35,7 @@ from swefleet.orchestrator.retention import prune_weights
 from swefleet.orchestrator.rollout import RolloutFn, RolloutHandle
 from swefleet.batch import pack_samples, write_batch
 from swefleet.filewatch import FileWatch
+from swefleet.journal import Journal
 from swefleet.rundir import RunDir, append_jsonl
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
@@ -63,6 +70,8 @@ class RLLoop:
         health: Callable[[], str | None] | None = None,
         resume: ResumePoint | None = None,
         extra_metrics: Callable[[], dict] | None = None,
+        journal: Journal | None = None,
+        inline_writes: bool = False,
     ) -> None:
         self.cfg, self.rollout, self.tasks, self.run_dir = cfg, rollout, tasks, run_dir
         self.update_weights = update_weights
@@ -86,6 +95,25 @@ class RLLoop:
         """Set (by `run`) to the error of a group whose rollout raised: fails the run."""
         self.last_weight_sync_s = 0.0
         self._dropped_before = self.resume.dropped_before
+        self.journal = journal
+        """Writes the run's records off the loop (the loop makes and closes one if None)."""
+        self._own_journal = journal is None
+        self.inline_writes = inline_writes
+        """Write records and batches on the event loop (blocking; the benchmark baseline)."""
+        self._acks: dict[str, Future] = {}
+        """Episode id -> the future of its record (resolved once it is durable)."""
+
+    async def _off_loop(self, fn, *args):
+        """`fn(*args)` in a worker thread (inline on the loop with `inline_writes`)."""
+        return fn(*args) if self.inline_writes else await asyncio.to_thread(fn, *args)
+
+    def _append(self, path: Path, record) -> Future | None:
+        """Append a record to a run file: handed to the journal (in order; the future resolves
+        once it is durable), or inline (`inline_writes`, or after `run` has ended)."""
+        if self.inline_writes or self.journal is None:
+            append_jsonl(path, record)
+            return None
+        return self.journal.append(path, record)
 
     # ---------------------------------------------------------------- producer
     async def _produce(self) -> None:
@@ -126,7 +154,9 @@ class RLLoop:
                                  "(a rollout records its errors in the trajectory; it must not "
                                  "raise)") from e
         group = [r.result() for r in runs if not r.cancelled() and r.result() is not None]
-        await self.ready.put(group)
+        acks = [self._acks.pop(h.episode_id, None) for h in handles]
+        await asyncio.gather(*(asyncio.wrap_future(a) for a in acks if a is not None))
+        await self.ready.put(group)  # only episodes already on disk are ever batched
 
     async def _await_group(self, runs: list[asyncio.Task], handles: list[RolloutHandle]) -> None:
         """Wait for the group; once half of it has finished, a member still running after
@@ -182,7 +212,9 @@ class RLLoop:
         if handle.drop_reason is not None and traj.status == EpisodeStatus.cancelled:
             traj.status, traj.reward = handle.drop_reason, None
             traj.reason = handle.drop_note or traj.reason
-        append_jsonl(self.run_dir.episodes, traj)
+        ack = self._append(self.run_dir.episodes, traj)
+        if ack is not None:
+            self._acks[handle.episode_id] = ack
 
     # ---------------------------------------------------------------- weights
     async def _watch_weights(self) -> None:
@@ -210,7 +242,7 @@ class RLLoop:
             self.state.served_version += 1
             self.version_changed.notify_all()
         self.last_weight_sync_s = time.monotonic() - t0
-        append_jsonl(self.run_dir.root / "weights.jsonl", {
+        self._append(self.run_dir.root / "weights.jsonl", {
             "version": self.state.served_version,
             "served_at_s": time.monotonic() - self.started_at,
             "sync_s": self.last_weight_sync_s,
@@ -249,7 +281,7 @@ class RLLoop:
         batches) those episodes again."""
         n = len(episode_ids) if n is None else n
         self.state.drops[reason] = self.state.drops.get(reason, 0) + n
-        append_jsonl(self.run_dir.drops, {"reason": reason, "n": n, "episode_ids": episode_ids})
+        self._append(self.run_dir.drops, {"reason": reason, "n": n, "episode_ids": episode_ids})
 
     # ---------------------------------------------------------------- steps
     async def _collect(self, step: int) -> tuple[list[list[Trajectory]], float]:
@@ -279,6 +311,8 @@ class RLLoop:
     async def run(self) -> list[dict]:
         """Run all steps; a failed component (producer, weight watcher) fails the run loudly."""
         self.failed = asyncio.get_running_loop().create_future()
+        if self.journal is None and not self.inline_writes:
+            self.journal = Journal()
         components = [asyncio.create_task(self._produce(), name="producer"),
                       asyncio.create_task(self._watch_weights(), name="weight-watcher")]
         steps = asyncio.create_task(self._steps(), name="steps")
@@ -296,6 +330,11 @@ class RLLoop:
             self.failed.cancel()
             await _settle([steps, *components])
             await self._cancel_in_flight()
+            if self.journal is not None:
+                await self.journal.flush()  # every record handed over is on disk
+                if self._own_journal:
+                    self.journal.close()
+                    self.journal = None
 
     async def _steps(self) -> list[dict]:
         records: list[dict] = []
@@ -306,7 +345,8 @@ class RLLoop:
             await self._wait_weights(step - self.cfg.async_level)
             groups, wait_s = await self._collect(step)
             trajs = [t for g in groups for t in g]
-            samples = batch_samples(groups, self.cfg.drop_zero_variance_groups)
+            samples = await self._off_loop(batch_samples, groups,
+                                           self.cfg.drop_zero_variance_groups)  # decodes routing
             if not samples:  # nothing trainable: not handed to the trainer, the step is re-cut
                 empty_in_a_row += 1
                 self._count_drop("empty_batch", [t.episode_id for t in trajs], n=1)
@@ -318,13 +358,15 @@ class RLLoop:
                     )
                 continue
             empty_in_a_row = 0
-            write_batch(self.run_dir.batch_path(step), pack_samples(samples),
-                        {"step": step, "n_samples": len(samples),
-                         "episode_ids": [t.episode_id for t in trajs]})
+            meta = {"step": step, "n_samples": len(samples),
+                    "episode_ids": [t.episode_id for t in trajs]}
+            if self.journal is not None:  # the drops this batch settles are on disk first
+                await self.journal.flush()
+            await self._off_loop(_pack_and_write, self.run_dir.batch_path(step), samples, meta)
             now = time.monotonic()
             record = self._step_record(step, trajs, len(samples), wait_s, now - last)
             last = now
-            append_jsonl(self.run_dir.metrics, record)
+            self._append(self.run_dir.metrics, record)
             records.append(record)
             self.on_step(record)
             step += 1
@@ -364,6 +406,10 @@ class RLLoop:
         for t in pending:
             t.cancel()
         await _settle(pending)
+
+
+def _pack_and_write(path: Path, samples: list, meta: dict) -> None:
+    write_batch(path, pack_samples(samples), meta)
 
 
 async def _settle(tasks: list[asyncio.Task], timeout_s: float = 60.0) -> None:

@@ -6,7 +6,9 @@ lists the episode ids it holds), `weights/vN/` (renamed into place; served again
 durable: `RunDir.reloadable_version`), `episodes.jsonl` (appended
 and fsynced per episode; a torn last line is skipped), `drops.jsonl` (one line per drop, naming
 the episodes it settled: the drop counters continue from it and those episodes are neither
-counted nor batched again).
+counted nor batched again), `episodes.started.jsonl` (one line per episode as it starts: an
+episode a killed run never finished is settled on resume as `cancelled`, so every episode
+started is in `episodes.jsonl`, finished or dropped with a reason).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from dataclasses import dataclass, field
 from swefleet.orchestrator.advantages import is_scored
 from swefleet.orchestrator.metrics import rollouts_dropped
 from swefleet.batch import read_batch
-from swefleet.rundir import RunDir, read_jsonl, version_dirs
-from swefleet.types import Trajectory
+from swefleet.journal import Journal
+from swefleet.rundir import RunDir, append_jsonl, read_jsonl, version_dirs
+from swefleet.types import EpisodeStatus, Trajectory
 from swefleet.weight_transfer import MARKER_SUFFIX
 
 
@@ -43,6 +46,37 @@ class ResumePoint:
 def contiguous_count(exists) -> int:
     n = 0
     while exists(n):
+        n += 1
+    return n
+
+
+STARTED = "episodes.started.jsonl"
+UNFINISHED = "interrupted: the run stopped while the episode ran (settled when it resumed)"
+
+
+def record_started(run_dir: RunDir, traj: Trajectory, journal: Journal | None = None) -> None:
+    """Journal an episode as it starts (`settle_unfinished` reads it): through `journal` (off
+    the event loop, before the episode's end record) or, without one, inline."""
+    record = {"episode_id": traj.episode_id, "task_id": traj.task_id, "group_id": traj.group_id}
+    if journal is not None:
+        journal.append(run_dir.root / STARTED, record)
+    else:
+        append_jsonl(run_dir.root / STARTED, record)
+
+
+def settle_unfinished(run_dir: RunDir) -> int:
+    """Record every episode started but never finished (a killed run) as `cancelled` in
+    `episodes.jsonl`; returns how many."""
+    finished = {r.get("episode_id") for r in read_jsonl(run_dir.episodes)}
+    n = 0
+    for record in read_jsonl(run_dir.root / STARTED):
+        if record.get("episode_id") in finished:
+            continue
+        finished.add(record["episode_id"])
+        append_jsonl(run_dir.episodes, Trajectory(
+            episode_id=record["episode_id"], task_id=record["task_id"],
+            group_id=record.get("group_id", ""), status=EpisodeStatus.cancelled,
+            reason=UNFINISHED))
         n += 1
     return n
 

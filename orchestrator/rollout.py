@@ -51,6 +51,9 @@ class RolloutContext:
     model: ModelClient
     tokenizer: object
     agent: AgentConfig
+    on_start: Sink | None = None
+    """Called with the empty trajectory when an episode starts (the run's started journal:
+    `orchestrator/resume.py`, so a killed run can settle the episodes it never finished)."""
 
 
 async def run_rollout(
@@ -62,6 +65,8 @@ async def run_rollout(
 ) -> Trajectory:
     t0 = time.monotonic()
     traj = Trajectory(episode_id=handle.episode_id, task_id=task.instance_id, group_id=group_id)
+    if ctx.on_start is not None:
+        ctx.on_start(traj)
     ended: list[Trajectory] = []  # the agent hands over its trajectory even when cancelled
     try:
         async with ctx.farm.acquire(task) as sandbox:
@@ -71,6 +76,7 @@ async def run_rollout(
                 episode_id=handle.episode_id, group_id=group_id, on_end=ended.append,
             )
             traj.timings["sandbox"] = t_sandbox
+            traj.image_user = getattr(sandbox, "image_user", "")
         if traj.status in GRADED:
             await _grade(ctx, task, traj)
         elif traj.status == EpisodeStatus.limit_disk:

@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
-from swefleet.config import RunConfig
+from swefleet.config import RunConfig, check_model_path
 from swefleet.rundir import RunDir, default_output_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ def run_rl(cfg: RunConfig) -> int:
 
 def prepare_model(cfg: RunConfig, run_dir: RunDir) -> Path:
     """The starting checkpoint: the configured one, or the project's random-init model."""
+    check_model_path(cfg.model)
     if cfg.model.path and (Path(cfg.model.path) / "config.json").exists():
         return Path(cfg.model.path)
     from swefleet.tinymodel import create_tiny_model
@@ -88,7 +89,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from swefleet.agents.config import fit_context_budget
     from swefleet.agents.tokenizer import Tokenizer
     from swefleet.orchestrator.loop import RLLoop
-    from swefleet.orchestrator.resume import find_resume_point
+    from swefleet.orchestrator.resume import find_resume_point, settle_unfinished
     from swefleet.orchestrator.summary import print_step, print_summary
     from swefleet.orchestrator.trainer_proc import (
         TrainerMetricsTail,
@@ -105,6 +106,10 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     async with AsyncExitStack() as stack:
         tasks = await asyncio.to_thread(_tasks_for, cfg)
         model_dir = await asyncio.to_thread(prepare_model, cfg, run_dir)
+        settled = settle_unfinished(run_dir)  # episodes a killed run never finished
+        if settled:
+            log.info("%d episodes of the previous run never finished: recorded as cancelled",
+                     settled)
         resume = find_resume_point(run_dir)
         if not resume.fresh:
             log.info("resuming at step %d, policy v%d, %d finished groups not yet trained on",
@@ -125,7 +130,12 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             await supervisor.update_weights(resume.version, run_dir.weights_path(resume.version))
         tokenizer = Tokenizer.from_dir(model_dir)
         agent = fit_context_budget(cfg.agent, await fleet.max_model_len())
-        rollout = await _environment(cfg, agent, run_id, fleet, tokenizer, stack)
+        from swefleet.journal import Journal
+
+        journal = Journal()  # the run's records, written off the event loop
+        stack.callback(journal.close)
+        rollout = await _environment(cfg, agent, run_id, fleet, tokenizer, stack, run_dir,
+                                     journal)
         sinks = MetricSinks.from_config(cfg.orchestrator.sinks, run_dir.root, cfg.name,
                                         cfg.model_dump(mode="json"))
         stack.callback(sinks.close)
@@ -136,7 +146,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
 
         loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, supervisor.update_weights,
                       on_step=on_step, health=lambda: trainer_problem(trainer, run_dir),
-                      resume=resume,
+                      resume=resume, journal=journal,
                       extra_metrics=lambda: {**fleet.metrics(), **supervisor.metrics(),
                                              **trainer_metrics()})
         records = await supervisor.guard(loop.run())
@@ -161,7 +171,8 @@ def _tasks_for(cfg: RunConfig):
     return prepare_tasks(cfg)
 
 
-async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, stack):
+async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, stack,
+                       run_dir: RunDir, journal=None):
     """The rollout function of the configured environment, its resources on `stack`."""
     if cfg.environment == "token_target":
         from swefleet.orchestrator.toy import token_target_rollout
@@ -175,8 +186,10 @@ async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, sta
     await farm.start()  # reaps containers of dead runs first
     grader = make_grader(run_id, cfg.envs)
     stack.callback(grader.close, abandon=True)  # shutdown never waits for queued grades
+    from swefleet.orchestrator.resume import record_started
+
     ctx = RolloutContext(farm=farm, grader=grader, model=fleet, tokenizer=tokenizer,
-                         agent=agent)
+                         agent=agent, on_start=lambda t: record_started(run_dir, t, journal))
     return swe_rollout(ctx)
 
 

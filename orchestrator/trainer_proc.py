@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -12,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from swefleet.config import RunConfig
 from swefleet.procs import die_with_parent
-from swefleet.rundir import RunDir, read_jsonl, write_json_atomic
+from swefleet.rundir import RunDir, write_json_atomic
 
 if TYPE_CHECKING:  # the `[trainer]` table of the run config
     from swefleet.trainer.config import TrainerConfig
+
+log = logging.getLogger(__name__)
 
 
 #: NVLink multicast (NVLS) off unless the environment says otherwise: on GPUs shared with
@@ -137,20 +141,39 @@ class TrainerMetricsTail:
 
     def __init__(self, run_dir: RunDir) -> None:
         self.path = run_dir.trainer_metrics
-        self.seen = 0
+        self.offset = 0
+        """Bytes of the file already read (whole lines): each call reads only what is new."""
+        self.last: dict | None = None
         self.idle_fraction: float | None = None
 
+    def _read_new(self) -> list[dict]:
+        """Records appended since the previous call (a line still being written waits)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        new = []
+        for line in filter(bytes.strip, whole.split(b"\n")):
+            try:
+                new.append(json.loads(line))
+            except ValueError:  # torn by a killed trainer: skipped, as `read_jsonl` does
+                log.warning("%s: a line is not valid JSON; skipped", self.path)
+        return new
+
     def __call__(self) -> dict:
-        records = read_jsonl(self.path)
-        if not records:
+        new = self._read_new()
+        self.last = new[-1] if new else self.last
+        if self.last is None:
             return {}
-        new, self.seen = records[self.seen:], len(records)
         wait = sum(r.get("wait_time_s", 0.0) for r in new)
         busy = sum(r.get("step_time_s", 0.0) + r.get("export_time_s", 0.0) for r in new)
         if wait + busy > 0:
             self.idle_fraction = wait / (wait + busy)
-        last = records[-1]
-        out = {f"trainer/{k}": v for k, v in last.items()
+        out = {f"trainer/{k}": v for k, v in self.last.items()
                if isinstance(v, (int, float)) or k == "moe_load"}  # moe_load: [layers][experts]
         if self.idle_fraction is not None:
             out["trainer/idle_fraction"] = self.idle_fraction

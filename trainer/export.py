@@ -71,11 +71,12 @@ def _umask() -> int:
     return mask
 
 
-def _copy_assets(source: Path, dest: Path) -> None:
-    """config.json, tokenizer and generation files: everything but weights."""
-    for f in sorted(source.iterdir()):
-        if f.is_file() and not f.name.endswith(_SKIP_SUFFIXES) and f.name not in _SKIP_NAMES:
-            shutil.copy2(f, dest / f.name)
+def _read_assets(source: Path) -> dict[str, bytes]:
+    """config.json, tokenizer and generation files (everything but weights), read into memory:
+    a trainer resumed from a published version keeps them when the run's weight retention
+    deletes that version."""
+    return {f.name: f.read_bytes() for f in sorted(source.iterdir())
+            if f.is_file() and not f.name.endswith(_SKIP_SUFFIXES) and f.name not in _SKIP_NAMES}
 
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -235,6 +236,7 @@ class Exporter:
         self.staging = Staging(pinned)
         self.queue = DurableQueue()
         self.marked: set[Path] = set()  # weights directories known to hold a marked version
+        self.assets: dict[str, bytes] | None = None  # config, tokenizer: `_read_assets`
 
     def export(self, policy: titan.Policy, out_dir: str | Path, meta: dict | None = None,
                shard_bytes: int = DEFAULT_SHARD_BYTES) -> Path:
@@ -257,7 +259,10 @@ class Exporter:
             for name, tensor in titan.iter_hf_tensors(policy):
                 writer.add(name, self.staging.copy(tensor, dtype))
             writer.finish(sum(sizes.values()))
-            _copy_assets(policy.source_dir, tmp)
+            if self.assets is None:  # read once: the source may be pruned later
+                self.assets = _read_assets(policy.source_dir)
+            for name, data in self.assets.items():
+                (tmp / name).write_bytes(data)
             record = {"written_at": time.time(), **(meta or {})}
             (tmp / POLICY_FILE).write_text(json.dumps(record, indent=2))
             self._publish(tmp, out_dir)

@@ -423,8 +423,9 @@ def _log_step(
         **_memory_metrics(device),
         "batch_meta": meta,
     }
-    with metrics_path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    from swefleet.rundir import append_jsonl
+
+    append_jsonl(metrics_path, record)  # (ends a line torn by a killed trainer first)
 
 
 def bind_to_torchrun() -> None:

@@ -66,7 +66,9 @@ async def test_hung_episode_is_cut_and_never_holds_a_batch(tmp_path):
     loop, records, run_dir = await run_loop(tmp_path, cfg, {}, hang_every=5)
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     assert loop.state.drops.get("straggler", 0) >= 1
-    assert sum(r["drops/step"] for r in records) == sum(loop.state.drops.values())
+    # every drop up to the last batch is in some step's record; a straggler cut while the loop
+    # waits for the trainer's last version comes after every step record
+    assert 1 <= sum(r["drops/step"] for r in records) <= sum(loop.state.drops.values())
     assert all(0 <= r["rollout/drop_rate"] < 1 for r in records)
     assert any(r["rollout/drop_rate"] > 0 for r in records)
     episodes = [json.loads(x) for x in run_dir.episodes.read_text().splitlines()]
