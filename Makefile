@@ -21,7 +21,7 @@ base-image: setup engine
 	$(VENV)/bin/swefleet images build-base
 
 run: base-image
-	$(VENV)/bin/swefleet rl --config configs/quickstart.toml
+	$(VENV)/bin/swefleet demo --config configs/quickstart.toml
 
 # vLLM's own source (its wheel, unpacked, never installed) lets the tests check every `vllm serve`
 # flag swefleet emits against vLLM 0.26.0's argument parser; without it those tests skip.

@@ -9,10 +9,11 @@ import sys
 
 
 def _rl(args: argparse.Namespace) -> int:
+    from swefleet.config import check_model_path, load_config
     from swefleet.orchestrator.run import run_rl
-    from swefleet.config import load_config
 
     cfg = load_config(args.config, args.set, servers=args.server)
+    check_model_path(cfg.model)
     if args.output_dir:
         cfg.output_dir = args.output_dir
     return run_rl(cfg)
@@ -68,16 +69,54 @@ def _slurm(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from swefleet.envs.reaper import remove_run_containers
+    from swefleet.envs.reaper import clean_everywhere
 
-    n = remove_run_containers(args.run_id)
-    print(f"removed {n} containers")
+    removed, kept = clean_everywhere(args.run_id, everything=args.all)
+    print(f"removed {removed} containers")
+    if kept:
+        print(f"kept {kept} containers of live runs (or of runs on another host, which cannot "
+              "be checked from here); --all removes them too")
     return 0
 
 
+def _config(args: argparse.Namespace) -> int:
+    from swefleet.config_doc import show_cli
+
+    return show_cli(args)
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (unless it is empty) and keeps the examples' line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        empty = action.default is None or action.default is False or action.default in ("", [])
+        if empty or action.default is argparse.SUPPRESS:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command's parser: defaults in its help, examples in its epilog."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from swefleet.evals.export import export_cli
+
+    return export_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="swefleet", description=__doc__)
+    from swefleet import __version__
+    from swefleet.evals.cli_args import add_eval_harness_args, add_export_parser
+
+    p = _Parser(prog="swefleet", description="Train and evaluate coding agents on long, "
+                "multi-turn software-engineering episodes.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--version", action="version", version=f"swefleet {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     rl = sub.add_parser("rl", help="run RL training (rollouts + trainer + weight sync)")
@@ -91,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     rl.set_defaults(func=_rl)
 
     ev = sub.add_parser("eval", help="evaluate an agent/checkpoint on a task set")
-    ev.add_argument("--tasks", required=True, help="task file (JSONL/JSON/Parquet)")
+    ev.add_argument("--tasks", required=True,
+                    help="task file (JSONL/JSON/Parquet; SWE-bench exports too: docs/tasks.md)")
     ev.add_argument("--split", default=None, help="only this split (e.g. heldout)")
     ev.add_argument("--agent", default="model",
                     choices=["model", "oracle", "empty", "predictions"],
@@ -108,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override a config field, e.g. --set envs.max_concurrent=16")
     ev.add_argument("-k", type=int, default=1, help="attempts per task")
     ev.add_argument("--output-dir", required=True, help="writes report.json here")
+    add_eval_harness_args(ev)
     ev.set_defaults(func=_eval)
 
     _add_bench_parsers(sub)
@@ -115,14 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     im = sub.add_parser("images", help="sandbox images without a registry")
     im_sub = im.add_subparsers(dest="images_cmd", required=True)
     b = im_sub.add_parser("build-base", help="bootstrap the base image from Debian packages")
-    b.add_argument("--tag", default="swefleet-base:bookworm")
-    b.add_argument("--mirror", default="http://deb.debian.org/debian")
+    b.add_argument("--tag", default="swefleet-base:bookworm", help="image tag to build")
+    b.add_argument("--mirror", default="http://deb.debian.org/debian",
+                   help="Debian mirror for debootstrap")
     b.add_argument("--force", action="store_true", help="rebuild even if the tag exists")
     pr = im_sub.add_parser("prune", help="remove task images not used for a while")
-    pr.add_argument("--older-than-days", type=float, default=7.0)
+    pr.add_argument("--older-than-days", type=float, default=7.0,
+                    help="remove task images unused for this many days")
     im.set_defaults(func=_images)
 
     _add_tasks_parsers(sub)
+    _add_sft_parsers(sub)
 
     pl = sub.add_parser("plan", help="capacity and cost plan of a layout (docs/planning.md)")
     src = pl.add_mutually_exclusive_group(required=True)
@@ -140,9 +184,21 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--dry-run", action="store_true", help="print the batch script, submit nothing")
     sl.set_defaults(func=_slurm)
 
-    cl = sub.add_parser("clean", help="remove containers left by runs")
+    cl = sub.add_parser("clean", help="remove containers left by dead runs")
     cl.add_argument("--run-id", default=None, help="only this run (default: all swefleet runs)")
+    cl.add_argument("--all", action="store_true",
+                    help="also containers of live runs (other users' too): stops those runs")
     cl.set_defaults(func=_clean)
+
+    cf = sub.add_parser("config", help="show a config with every field's doc (docs/config.md)")
+    cf_sub = cf.add_subparsers(dest="config_cmd", required=True)
+    sh = cf_sub.add_parser("show", help="the merged config (file + --set) as commented TOML")
+    sh.add_argument("--config", default="", help="TOML config (default: the built-in defaults)")
+    sh.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, e.g. --set orchestrator.steps=3")
+    cf.set_defaults(func=_config)
+    add_export_parser(sub, _export)
+    _add_examples(p)
     return p
 
 
@@ -189,7 +245,8 @@ def _add_tasks_parsers(sub) -> None:
     ge.add_argument("--concurrency", type=int, default=2, help="test runs at a time")
     ge.add_argument("--max-candidates", type=int, default=0,
                     help="candidates to try per package (0: 12 per task)")
-    ge.add_argument("--base-image", default="swefleet-base:bookworm")
+    ge.add_argument("--base-image", default="swefleet-base:bookworm",
+                    help="base image of the task images")
     ge.add_argument("--report", default="", help="also write the per-package report (JSON)")
     va = ts_sub.add_parser("validate", help="gold resolves, empty does not, k runs agree")
     va.add_argument("file", help="task file (JSONL/JSON/Parquet)")
@@ -197,10 +254,115 @@ def _add_tasks_parsers(sub) -> None:
     va.add_argument("--split", default=None, help="only this split")
     va.add_argument("--limit", type=int, default=0, help="only the first N tasks")
     va.add_argument("--concurrency", type=int, default=2, help="test runs at a time")
-    va.add_argument("--timeout", type=float, default=300, help="deadline of one grading run")
-    va.add_argument("--base-image", default="swefleet-base:bookworm")
+    va.add_argument("--timeout", type=float, default=None,
+                    help="deadline of one grading run (default: envs.grading.timeout_s, 300)")
+    va.add_argument("--config", default="",
+                    help="TOML config whose [envs] (grading resources, image_user) apply")
+    va.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, e.g. --set envs.grading.memory_mb=4096")
+    va.add_argument("--base-image", default="swefleet-base:bookworm",
+                    help="base image of the task images")
     va.add_argument("--json", default="", help="also write the summary (JSON)")
     ts.set_defaults(func=_tasks)
+
+
+#: `swefleet <command> --help` ends with these (keys: the command's words after `swefleet`)
+EXAMPLES: dict[str, list[str]] = {
+    "": ["swefleet rl --config configs/quickstart.toml",
+         "swefleet eval --agent oracle --tasks envs/data/quickstart/tasks.jsonl --output-dir out/o",
+         "swefleet config show --config configs/quickstart.toml",
+         "swefleet <command> --help"],
+    "rl": ["swefleet rl --config configs/quickstart.toml --set orchestrator.steps=4",
+           "swefleet rl --config configs/gpu_embedded.toml --output-dir runs/gpu  # resumes"],
+    "eval": [("swefleet eval --agent oracle --tasks envs/data/quickstart/tasks.jsonl "
+              "--output-dir out/oracle"),
+             ("swefleet eval --agent model --model runs/RUN/weights/v000002 "
+              "--tasks envs/data/quickstart/tasks.jsonl --split heldout -k 4 --output-dir out/ckpt")],
+    "bench": [("swefleet bench --config configs/quickstart.toml --steps 5 --runs 3 "
+               "--output-dir out/bench")],
+    "report": ["swefleet report bench out/bench", "swefleet report compare A.json B.json"],
+    "report bench": ["swefleet report bench out/bench --no-plots"],
+    "report eval": ["swefleet report eval out/oracle -k 4"],
+    "report compare": ["swefleet report compare out/a/bench.json out/b/bench.json --json d.json"],
+    "images": ["swefleet images build-base", "swefleet images prune --older-than-days 7"],
+    "images build-base": ["swefleet images build-base --force --mirror http://deb.debian.org/debian"],
+    "images prune": ["swefleet images prune --older-than-days 3"],
+    "tasks": ["swefleet tasks generate --recipe envs/recipes/toolz.toml --n 12 --out t.jsonl",
+              "swefleet tasks validate t.jsonl -k 2"],
+    "tasks generate": [("swefleet tasks generate --recipe envs/recipes/toolz.toml --n 12 "
+                        "--out my_tasks.jsonl")],
+    "tasks validate": ["swefleet tasks validate envs/data/quickstart/tasks.jsonl -k 2 --limit 3"],
+    "plan": ["swefleet plan --layout configs/layouts/glm5_28x8.toml",
+             "swefleet plan --config configs/gpu_vllm.toml"],
+    "slurm": ["swefleet slurm --config configs/slurm_cpu.toml --dry-run",
+              "swefleet slurm --config configs/slurm_vllm_4node.toml --nodes 4"],
+    "clean": ["swefleet clean", "swefleet clean --run-id RUN_ID"],
+    "export": ["swefleet export mini-swe-agent out/oracle",
+               "swefleet export mini-swe-agent out/ckpt --tokenizer runs/RUN/weights/v000002"],
+    "config": ["swefleet config show --config configs/quickstart.toml"],
+    "config show": ["swefleet config show --config configs/gpu_vllm.toml --set inference.num_servers=2",
+                    "swefleet config show   # the defaults"],
+}
+
+
+def subparsers(p: argparse.ArgumentParser, words: str = ""):
+    """`(words, parser)` of `p` and every (sub)command below it."""
+    yield words, p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, child in action.choices.items():
+                child.description = child.description or helps.get(name)
+                yield from subparsers(child, f"{words} {name}".strip())
+
+
+def _add_examples(p: argparse.ArgumentParser) -> None:
+    """Each (sub)command's examples as its epilog, its one-line help as its description."""
+    for words, parser in subparsers(p):
+        if words in EXAMPLES and not parser.epilog:
+            parser.epilog = "examples:\n" + "\n".join(f"  {ex}" for ex in EXAMPLES[words])
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from swefleet.sft import sft_cli
+
+    return sft_cli(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from swefleet.demo import demo_cli
+
+    return demo_cli(args)
+
+
+def _add_sft_parsers(sub) -> None:
+    sf = sub.add_parser("sft", help="supervised fine-tuning on agent trajectories",
+                        description="Fine-tune the config's model on trajectories (the oracle's "
+                        "on [tasks], or --trajectories FILE) with the RL trainer, loss on the "
+                        "assistant tokens only; prints the HF checkpoint (docs: swefleet/sft.py).",
+                        epilog="examples:\n  swefleet sft --config configs/quickstart.toml "
+                        "--output-dir runs/sft\n  swefleet sft --config configs/quickstart.toml "
+                        "--trajectories runs/RUN/episodes.jsonl --steps 50")
+    sf.add_argument("--config", required=True, help="TOML config ([sft], [model], [tasks], ...)")
+    sf.add_argument("--output-dir", default="", help="SFT directory (default runs/<name>-sft-<time>)")
+    sf.add_argument("--trajectories", default="",
+                    help="episodes.jsonl (swefleet) or mini-swe-agent JSON/JSONL instead of the "
+                         "oracle's trajectories")
+    sf.add_argument("--steps", type=int, default=0, help="optimizer steps (default: sft.steps)")
+    sf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, e.g. --set sft.lr=1e-3")
+    sf.set_defaults(func=_sft)
+    de = sub.add_parser("demo", help="SFT warm start, then RL, then eval on held-out tasks",
+                        description="The stages of `make run` on one config: [sft] (skipped when "
+                        "sft.steps is 0), RL from its checkpoint, then [final_eval] of the final "
+                        "checkpoint; a second run on the same --output-dir skips finished stages.",
+                        epilog="examples:\n  swefleet demo --config configs/quickstart.toml\n"
+                        "  swefleet demo --config configs/quickstart.toml --set sft.steps=0")
+    de.add_argument("--config", required=True, help="TOML config (see configs/quickstart.toml)")
+    de.add_argument("--output-dir", default="", help="run directory (default runs/<name>-<time>)")
+    de.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, e.g. --set orchestrator.steps=3")
+    de.set_defaults(func=_demo)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,9 +13,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swefleet.agents.config import AgentConfig
+from swefleet.demo import FinalEvalConfig
 from swefleet.envs.config import FarmConfig
 from swefleet.inference.config import InferenceConfig
 from swefleet.orchestrator.config import OrchestratorConfig, ToyConfig
+from swefleet.sft import SFTConfig
 from swefleet.slurm.config import SlurmConfig
 from swefleet.trainer.config import TrainerConfig
 
@@ -26,15 +28,28 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = ""
-    """HF-format checkpoint directory. Empty: create the project's random-init model under the
-    run directory (see `preset`)."""
+    """HF-format checkpoint directory (with its `config.json`). Empty: create the project's
+    random-init model under the run directory (see `preset`). A path with no checkpoint is a
+    config error unless `create` is set."""
+    create: bool = False
+    """Create the project's random-init model (`preset`, `seed`) at `path` when no checkpoint is
+    there yet (reused once it exists)."""
     preset: str = "tiny"
     """Size preset of the project-made model (`swefleet/tinymodel.py`), used when `path` is empty
-    or does not exist yet: `tiny`, `small` (CPU), `tiny-moe` (a Qwen3-MoE whose servers return
+    or `create` is set: `tiny`, `small` (CPU), `tiny-moe` (a Qwen3-MoE whose servers return
     routed experts, replayed by the trainer); GPU: `qwen3-0.6b` (the Qwen3-0.6B shape) and
     `qwen3-moe-small` (12 layers of 64 experts, top 8)."""
     seed: int = 0
     """Seed of the random init."""
+
+
+def check_model_path(model: ModelConfig) -> None:
+    """One-line ValueError when `model.path` names no checkpoint and the run may not create one."""
+    if not model.path or model.create or (Path(model.path) / "config.json").exists():
+        return
+    what = "has no config.json" if Path(model.path).is_dir() else "does not exist"
+    raise ValueError(f"model.path: {model.path} {what} (not an HF checkpoint); leave it empty "
+                     "or set model.create = true to create the project's model there")
 
 
 class TasksConfig(BaseModel):
@@ -75,6 +90,10 @@ class RunConfig(BaseModel):
     orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     """The batch job of `swefleet slurm` (docs/cluster.md); unused by `swefleet rl`."""
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    """Supervised fine-tuning (`swefleet sft`; `swefleet demo` runs it before RL)."""
+    final_eval: FinalEvalConfig = Field(default_factory=FinalEvalConfig)
+    """The eval of the final checkpoint after RL in `swefleet demo`."""
 
 
 def load_config(

@@ -28,10 +28,12 @@ class TrainerConfig(BaseModel):
     """AdamW (beta1, beta2)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Clip the global L2 gradient norm to this value before each optimizer step."""
-    loss: Literal["dapo", "cispo"] = "dapo"
+    loss: Literal["dapo", "cispo", "sft"] = "dapo"
     """Policy loss. `dapo`: PPO clip of the ratio r = pi/mu against the inference logprobs mu
     (asymmetric eps_low/eps_high). `cispo`: REINFORCE weighted by the stop-gradient clipped
-    ratio sg(clip(r, 1-eps_low, 1+eps_high)). Both are token sums / global trained-token count."""
+    ratio sg(clip(r, 1-eps_low, 1+eps_high)). `sft`: supervised fine-tuning, cross-entropy on
+    the trained (assistant) tokens; advantages and inference logprobs are ignored (`swefleet
+    sft` sets it). All are token sums / global trained-token count."""
     eps_low: float = Field(0.2, ge=0)
     """Lower clip: the ratio is clipped below at 1 - eps_low."""
     eps_high: float = Field(0.28, ge=0)
@@ -125,9 +127,11 @@ class TrainerConfig(BaseModel):
     compile: bool = False
     """torch.compile each transformer block (torchtitan's `apply_compile`; the first step pays
     the compile time, a new batch shape may recompile once before shapes go dynamic)."""
-    checkpoint_every: int | None = Field(None, gt=0)
-    """Save a DCP checkpoint (model + optimizer + step) after every this many steps; on start
-    the trainer resumes from the newest complete one. None: no checkpoints."""
+    checkpoint_every: int | None = Field(10, gt=0)
+    """Save a DCP checkpoint (model + optimizer + step) after every this many steps and when
+    stopping (SIGTERM/SIGINT, the last step); on start the trainer resumes from the newest
+    complete one, so a resumed run keeps its optimizer state (a crash re-trains at most this
+    many steps). None: no checkpoints (a resumed run restarts the optimizer state)."""
     keep_checkpoints: int = Field(2, ge=1)
     """Complete checkpoints kept; older ones are deleted after a new one is complete."""
     seed: int = 0

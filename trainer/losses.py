@@ -113,7 +113,26 @@ def _metrics(
     }
 
 
-LOSSES = {"dapo": dapo_loss, "cispo": cispo_loss}
+def sft_loss(
+    logp: torch.Tensor,
+    logp_inf: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    tis_cap: float | None,
+    n_tokens: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Supervised fine-tuning: the negative log-likelihood of the trained (model) tokens,
+    -sum(logp) / n_tokens, i.e. cross-entropy on the assistant tokens only. Advantages,
+    inference logprobs and the clip/IS knobs do not enter (same signature as the RL losses)."""
+    loss = -_sum(logp, mask, n_tokens)
+    zero = torch.zeros_like(logp, dtype=torch.bool)
+    return loss, _metrics(loss, torch.ones_like(logp), zero, zero, mask, n_tokens)
+
+
+LOSSES = {"dapo": dapo_loss, "cispo": cispo_loss, "sft": sft_loss}
 
 
 def policy_loss(
@@ -128,7 +147,8 @@ def policy_loss(
     tis_cap: float | None,
     n_tokens: int,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Dispatch to `dapo_loss` / `cispo_loss` and add `mismatch_kl` to the metrics."""
+    """Dispatch to `dapo_loss` / `cispo_loss` / `sft_loss` and add `mismatch_kl` to the metrics
+    (0 for `sft`: its tokens were not sampled by an inference server)."""
     loss, metrics = LOSSES[name](
         logp,
         logp_inf,
@@ -139,5 +159,7 @@ def policy_loss(
         tis_cap=tis_cap,
         n_tokens=n_tokens,
     )
-    metrics["mismatch_kl"] = float(mismatch_kl(logp, logp_inf, mask, n_tokens))
+    metrics["mismatch_kl"] = (
+        0.0 if name == "sft" else float(mismatch_kl(logp, logp_inf, mask, n_tokens))
+    )
     return loss, metrics

@@ -39,7 +39,7 @@ def slurm_cli(args: argparse.Namespace) -> int:
 def job_config(path: str, overrides: list[str], nodes: int | None, output_dir: str) -> RunConfig:
     """The run config of the job: the run directory absolute, the starting model placed in it
     (every node reads the same one), `--nodes` applied, the layout checked."""
-    from swefleet.config import load_config
+    from swefleet.config import check_model_path, load_config
     from swefleet.rundir import default_output_dir
 
     cfg = load_config(path, overrides, topology=False)
@@ -50,7 +50,9 @@ def job_config(path: str, overrides: list[str], nodes: int | None, output_dir: s
                              f"(slurm.inference_nodes={slurm.inference_nodes})")
         slurm = slurm.model_copy(update={"trainer_nodes": nodes - slurm.inference_nodes})
     out = Path(output_dir or cfg.output_dir or default_output_dir(cfg.name)).resolve()
-    model = cfg.model.model_copy(update={"path": cfg.model.path or str(out / "model")})
+    check_model_path(cfg.model)
+    model = cfg.model.model_copy(update={"path": cfg.model.path or str(out / "model"),
+                                         "create": cfg.model.create or not cfg.model.path})
     cfg = cfg.model_copy(update={"output_dir": str(out), "model": model, "slurm": slurm})
     try:
         check_layout(cfg)

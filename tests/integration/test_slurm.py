@@ -143,7 +143,8 @@ def test_the_docker_quickstart_runs_to_the_end_on_one_node(slurm_env, tiny, tmp_
     name = f"slurmquick{uuid.uuid4().hex[:6]}"
     run = tmp_path / "run"
     job = _submit(slurm_env, "configs/quickstart.toml", run, f'name="{name}"',
-                  f'model.path="{tiny}"')  # fmt: skip
+                  f'model.path="{tiny}"', "orchestrator.steps=2",
+                  "orchestrator.groups_per_step=2", "orchestrator.rollouts_per_task=2")  # fmt: skip
     record = _wait_done(slurm_env, job, 300)
     why = "\n".join(_tail(p) for p in sorted((run / "logs").glob("*")))
     assert record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", (record, why)

@@ -1,0 +1,114 @@
+"""`swefleet demo`: the whole loop on one config, in stages (what `make run` does).
+
+1. SFT warm start (`[sft]`, skipped when `sft.steps` is 0): the project's model is fine-tuned on
+   the oracle's trajectories of the `[tasks]` (the train split), `swefleet/sft.py`;
+2. RL from that checkpoint (`swefleet rl` on the same config, `orchestrator/run.py`): its table
+   shows the reward per step on the train tasks;
+3. eval of the final RL checkpoint on held-out tasks (`[final_eval]`, `swefleet eval --agent
+   model`), reported whatever it is.
+
+Outputs: `<output_dir>/` is the RL run directory; `sft/` and `eval-<split>/` lie inside it. Run
+again on the same `--output-dir`, finished stages are skipped (RL resumes where it stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swefleet.rundir import read_jsonl
+
+
+class FinalEvalConfig(BaseModel):
+    """The eval after RL in `swefleet demo`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    split: str | None = None
+    """Tasks of `[tasks]`'s file to evaluate the final checkpoint on (`heldout`); None: no eval."""
+    k: int = Field(1, ge=1)
+    """Attempts per task."""
+
+
+def demo_cli(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from swefleet.config import load_config
+    from swefleet.orchestrator.run import run_rl
+    from swefleet.rundir import default_output_dir
+    from swefleet.sft import run_sft
+
+    cfg = load_config(args.config, args.set)
+    out = Path(args.output_dir) if args.output_dir else default_output_dir(cfg.name)
+    cfg.output_dir = str(out)
+    console = Console(stderr=True)
+    times: dict[str, float] = {}
+    n = 3 if cfg.final_eval.split else 2
+    if cfg.sft.steps:
+        console.rule(f"[bold]stage 1/{n}: SFT warm start[/] ({cfg.sft.steps} steps on "
+                     f"{cfg.sft.trajectories or 'oracle trajectories of the ' + str(cfg.tasks.split) + ' tasks'})")
+        t0 = time.monotonic()
+        cfg.model.path = str(run_sft(cfg, out / "sft"))
+        times["sft"] = time.monotonic() - t0
+    console.rule(f"[bold]stage 2/{n}: RL[/] ({cfg.orchestrator.steps} steps from {cfg.model.path or 'the random-init model'})")
+    t0 = time.monotonic()
+    code = run_rl(cfg)
+    times["rl"] = time.monotonic() - t0
+    if code != 0:
+        return code
+    if cfg.final_eval.split:
+        console.rule(f"[bold]stage 3/{n}: eval[/] of the final checkpoint on the "
+                     f"{cfg.final_eval.split} tasks")
+        t0 = time.monotonic()
+        code = _final_eval(cfg, args, out)
+        times["eval"] = time.monotonic() - t0
+    print_demo_summary(cfg, out, times)
+    return code
+
+
+def _final_eval(cfg, args: argparse.Namespace, out: Path) -> int:
+    from swefleet.cli import main
+    from swefleet.rundir import RunDir
+
+    model = RunDir(out).weights_path(cfg.orchestrator.steps)
+    argv = ["eval", "--agent", "model", "--model", str(model), "--tasks", cfg.tasks.path,
+            "--split", cfg.final_eval.split, "-k", str(cfg.final_eval.k),
+            "--config", args.config, "--output-dir", str(_eval_dir(cfg, out))]
+    for item in args.set:
+        argv += ["--set", item]
+    return main(argv)
+
+
+def _eval_dir(cfg, out: Path) -> Path:
+    return out / f"eval-{cfg.final_eval.split}"
+
+
+def print_demo_summary(cfg, out: Path, times: dict[str, float]) -> None:
+    """One table: the SFT loss, the RL reward per step, the held-out eval."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from swefleet.sft import sft_losses
+
+    table = Table(title=f"swefleet demo {out}")
+    for col in ("stage", "result", "time s"):
+        table.add_column(col)
+    if "sft" in times:
+        losses = sft_losses(out / "sft") or [float("nan")]
+        table.add_row("sft", f"{cfg.sft.steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}",
+                      f"{times['sft']:.0f}")
+    rewards = [r["rollout/reward_mean"] for r in read_jsonl(out / "metrics.jsonl")]
+    table.add_row(f"rl ({cfg.tasks.split})",
+                  "reward per step " + " ".join(f"{r:.2f}" for r in rewards), f"{times['rl']:.0f}")
+    report = _eval_dir(cfg, out) / "report.json"
+    if "eval" in times and report.exists():
+        rep = json.loads(report.read_text())
+        table.add_row(f"eval ({cfg.final_eval.split})",
+                      f"success {rep['success_rate']:.2f} over {rep['n_episodes']} episodes "
+                      f"({rep['n_tasks']} tasks x {cfg.final_eval.k})", f"{times['eval']:.0f}")
+    Console().print(table)
+    Console().print(f"total {sum(times.values()):.0f}s; outputs in {out}")
