@@ -80,7 +80,8 @@ def _junit_keys(ids: set[str]) -> dict[tuple[str, str], str]:
 
 def junit_outcomes(xml: bytes, ids: set[str]) -> dict[str, str] | None:
     """`passed` / `failed` per id of `ids` the JUnit XML report `xml` holds (an xfail counts as
-    passed, as swebench counts XFAIL), or None when it is not a JUnit report."""
+    passed, as swebench counts XFAIL), `missing` for those it lacks, or None when it is not a
+    JUnit report."""
     if len(xml) > _XML_CAP:
         return None
     try:
@@ -101,6 +102,8 @@ def junit_outcomes(xml: bytes, ids: set[str]) -> dict[str, str] | None:
         ok = not bad and (skip is None or xfail)
         if out.get(node_id) != "failed":  # a test reported twice (call + teardown) fails once
             out[node_id] = "passed" if ok else "failed"
+    for node_id in ids:
+        out.setdefault(node_id, "missing")
     return out
 
 
@@ -132,6 +135,10 @@ def tamper_evidence(status_map: dict[str, str], exit_code: int | None, deciding:
 
 
 def _junit_evidence(status_map: dict[str, str], verdict: dict, ids: list[str]) -> list[str]:
+    """Tests the log and the JUnit report disagree on. Only ids the grader looked up in the
+    report count (the canaries and the deciding tests at grading time: `junit_outcomes` marks
+    those the report lacks `missing`); a log graded again with other lists (`regrade_from_log`)
+    is not held against ids nobody looked up."""
     if "junit" not in verdict:
         return []  # JUnit collection was off
     junit = verdict["junit"]
@@ -140,6 +147,8 @@ def _junit_evidence(status_map: dict[str, str], verdict: dict, ids: list[str]) -
     why = []
     for node_id in (i for i in ids if i in status_map):
         logged = "passed" if status_map[node_id] in _PASSING else "failed"
+        if node_id not in junit:
+            continue
         if junit.get(node_id) != logged:
             why.append(f"{node_id}: the log says {status_map[node_id]}, the JUnit report "
                        f"{junit.get(node_id, 'nothing')}")

@@ -60,9 +60,11 @@ def decide(task: Task, empty: list[GradeResult], gold: list[GradeResult]) -> Der
         return Derived(task, False, "needs >= 1 FAIL_TO_PASS and >= 1 PASS_TO_PASS (tests not "
                        f"passing per run, buggy then gold: {failing})"[:2000], flaky)
     for r in gold:
-        if regrade_from_log(task, r.log).status != GradeStatus.resolved:
-            return Derived(task, False, "a gold run is not resolved", flaky)
+        if (g := regrade_from_log(task, r.log)).status != GradeStatus.resolved:
+            return Derived(task, False, f"a gold run is not resolved ({g.status}: {g.reason})",
+                           flaky)
     for r in empty:
-        if regrade_from_log(task, r.log).status != GradeStatus.unresolved:
-            return Derived(task, False, "a buggy run is not unresolved", flaky)
+        if (g := regrade_from_log(task, r.log)).status != GradeStatus.unresolved:
+            return Derived(task, False, f"a buggy run is not unresolved ({g.status}: "
+                           f"{g.reason})", flaky)
     return Derived(task, True, "", flaky)

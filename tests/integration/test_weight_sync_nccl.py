@@ -281,7 +281,7 @@ def stop_between_broadcasts(proc, out) -> tuple[int, int]:
     while True:
         assert proc.poll() is None and time.monotonic() < deadline, "no version served"
         if served := served_versions(out):
-            (trainer,) = children(proc.pid, b"trainer.main")
+            (trainer,) = children(proc.pid, b"swefleet.trainer.main")
             os.kill(trainer, signal.SIGSTOP)
             if not marker_path(out / "weights", served[-1] + 1).exists():
                 return served[-1], trainer
@@ -308,7 +308,7 @@ def test_rl_run_restarts_a_killed_server_into_a_new_group_epoch(tmp_path, model_
     killed, trainer = stop_between_broadcasts(proc, out)
     try:
         assert killed in (1, 2)  # a broadcast version follows
-        servers = children(proc.pid, b"inference.engine.server")
+        servers = children(proc.pid, b"swefleet.inference.engine.server")
         assert len(servers) == 2
         os.kill(servers[1], signal.SIGKILL)
         deadline = time.monotonic() + 30

@@ -113,7 +113,9 @@ def test_junit_outcomes_map_node_ids():
                    "tests.test_core.test_add_small[1]": "skipped",
                    "tests.test_core.test_other": "passed"})
     assert junit_outcomes(xml, ids) == {F2P[0]: "failed", P2P[0]: "passed",
-                                        "tests/test_core.py::test_add_small[1]": "failed"}
+                                        "tests/test_core.py::test_add_small[1]": "failed",
+                                        **{i: "missing" for i in ids - {F2P[0], P2P[0]} - {
+                                            "tests/test_core.py::test_add_small[1]"}}}
     assert junit_outcomes(b"<html/>", ids) is None and junit_outcomes(b"<x", ids) is None
 
 
@@ -124,6 +126,13 @@ def test_junit_must_agree_with_the_log():
     assert "the JUnit report failed" in tamper_evidence(genuine(), 1, F2P + P2P, {**CAN, **lie})[0]
     missing = tamper_evidence(genuine(), 1, F2P + P2P, {**CAN, "junit": None})
     assert missing == ["the JUnit report is missing or unreadable"]
+    # a deciding test the grader looked up and the report lacks is evidence; an id nobody looked
+    # up (the log graded again with lists derived after the run, as task synthesis does) is not
+    looked_up = {k: v for k, v in ok["junit"].items() if k != P2P[0]}
+    absent = tamper_evidence(genuine(), 1, F2P + P2P,
+                             {**CAN, "junit": {**looked_up, P2P[0]: "missing"}})
+    assert absent and "the JUnit report missing" in absent[0]
+    assert tamper_evidence(genuine(), 1, F2P + P2P, {**CAN, "junit": looked_up}) == []
 
 
 def test_tampered_log_is_graded_tampered_and_flags_are_read_back():
