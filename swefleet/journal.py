@@ -18,7 +18,6 @@ import asyncio
 import concurrent.futures
 import json
 import logging
-import os
 import queue
 import threading
 import uuid
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from swefleet.rundir import write_lines
 from swefleet.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -72,21 +72,6 @@ def _trajectory_parts(traj: Trajectory) -> list[bytes]:
             out += [b'"', data, b'"']
         out.append(rest)
     return out
-
-
-def write_lines(path: Path, data: bytes, sync: bool = True) -> None:
-    """Append `data` (whole lines) to `path`; a torn last line left by a killed writer is
-    ended first, so it cannot swallow the new record. fsynced unless `sync` is False."""
-    with open(path, "a+b") as f:
-        end = f.seek(0, os.SEEK_END)
-        if end:
-            f.seek(end - 1)
-            if f.read(1) != b"\n":
-                data = b"\n" + data
-        f.write(data)
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
 
 
 class Journal:

@@ -178,7 +178,12 @@ def append_jsonl(path: Path, record: dict | BaseModel) -> None:
     """Append one JSON line and flush it to disk (a crash loses nothing finished). A torn last
     line left by a killed writer is ended first, so it cannot swallow the new record."""
     line = record.model_dump_json() if isinstance(record, BaseModel) else json.dumps(record)
-    data = (line + "\n").encode("utf-8")
+    write_lines(path, (line + "\n").encode("utf-8"))
+
+
+def write_lines(path: Path, data: bytes, sync: bool = True) -> None:
+    """Append `data` (whole lines) to `path`; a torn last line left by a killed writer is
+    ended first, so it cannot swallow the new record. fsynced unless `sync` is False."""
     with open(path, "a+b") as f:
         end = f.seek(0, os.SEEK_END)
         if end:
@@ -187,7 +192,8 @@ def append_jsonl(path: Path, record: dict | BaseModel) -> None:
                 data = b"\n" + data
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
 
 
 def read_jsonl(path: Path) -> list[dict]:

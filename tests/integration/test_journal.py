@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from swefleet import journal as journal_mod
+from swefleet import rundir as rundir_mod
 from swefleet.journal import Journal
 from swefleet.types import Trajectory
 
@@ -45,7 +45,7 @@ async def test_a_record_is_acknowledged_only_after_its_fsync(tmp_path, monkeypat
         real(fd)
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
 
-    monkeypatch.setattr(journal_mod.os, "fsync", slow_fsync)
+    monkeypatch.setattr(rundir_mod.os, "fsync", slow_fsync)
     j = Journal()
     path = tmp_path / "episodes.jsonl"
     ack = asyncio.ensure_future(j.append_async(path, {"n": 1}))
@@ -110,7 +110,7 @@ def test_a_killed_writer_loses_no_acknowledged_record(tmp_path):
 @pytest.mark.asyncio
 async def test_a_waiter_that_gives_up_does_not_stop_the_writer(tmp_path, monkeypatch):
     gate, real = threading.Event(), os.fsync
-    monkeypatch.setattr(journal_mod.os, "fsync", lambda fd: (gate.wait(10), real(fd)))
+    monkeypatch.setattr(rundir_mod.os, "fsync", lambda fd: (gate.wait(10), real(fd)))
     j = Journal()
     path = tmp_path / "episodes.jsonl"
     waiter = asyncio.ensure_future(j.append_async(path, {"n": 1}))
