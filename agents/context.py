@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from swefleet.agents.chat import ChatML
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.prompts import render, truncate_middle
+
 from swefleet.types import Turn
 
 

@@ -29,6 +29,7 @@ from swefleet.agents.protocol import Action, ChatTokenizer, FormatError, Observa
 from swefleet.agents.scaffolds import make_scaffold
 from swefleet.envs.protocol import DiskBudgetExceeded, RepositoryBroken, Sandbox
 from swefleet.inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
+
 from swefleet import routed_experts
 from swefleet.types import NON_SCORABLE, EpisodeStatus, Task, Trajectory, Turn
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from swefleet.agents.config import AgentConfig
+
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 FORMAT = "mini-swe-agent-1.1"

@@ -13,8 +13,8 @@ import json
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
-
 from swefleet.envs.protocol import Sandbox
+
 from swefleet.types import Task
 
 

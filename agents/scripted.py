@@ -12,7 +12,6 @@ import asyncio
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
-
 from swefleet.agents.protocol import ChatTokenizer
 from swefleet.inference.protocol import Completion
 

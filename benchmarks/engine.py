@@ -222,7 +222,6 @@ def run_turns(engine, firsts: list[list[int]], users, gen: int) -> tuple[list, l
 
 def bench_multi_turn(model, preset: str, graphs: bool, kv_mode: str = "static") -> dict:
     import torch
-
     from swefleet.inference.engine.core import Engine
 
     n, first, user, gen, turns = (MULTI_TURN_DYNAMIC if kv_mode == "dynamic" else MULTI_TURN)[

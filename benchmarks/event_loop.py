@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 from swefleet.orchestrator.config import OrchestratorConfig
 from swefleet.orchestrator.loop import RLLoop
-from swefleet.orchestrator.metrics import percentile
 
 from swefleet import routed_experts
 from swefleet.rundir import RunDir
+from swefleet.stats import percentile
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
 LAYERS, TOP_K, TURNS = 48, 8, 4

@@ -70,9 +70,9 @@ def summary(xs: list[float]) -> dict:
 
 def run_mode(mode: str, policy, root: Path, versions: int, step_s: float, device: str) -> dict:
     import torch
+    from swefleet.trainer.export import Exporter
 
     from swefleet.rundir import DURABLE_MARKER, is_durable
-    from swefleet.trainer.export import Exporter
 
     exporter = Exporter("inline", pinned=False) if mode == "old" else Exporter("background")
     weights = root / mode
@@ -118,7 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="old,new", help="comma list, run in this order")
     a = p.parse_args(argv)
     import torch
-
     from swefleet.trainer.titan import load_policy
 
     model = a.model or make_model(a.preset, ROOT / ".cache" / "bench-models" / a.preset)

@@ -14,7 +14,7 @@ DIR=${1:?usage: gpu_suite.sh RESULTS_DIR vllm|embedded}; MODE=${2:?vllm|embedded
 mkdir -p "$DIR"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-python3}
-RL="$PY -m swefleet.cli rl"
+RL="$PY -m swefleet rl"
 step() {  # step NAME TIMEOUT_S CMD...
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
@@ -32,7 +32,7 @@ if [ "$MODE" = vllm ]; then
     --set orchestrator.steps=14
   curve rl-moe-vllm
 else
-  step bench-embedded 400 $PY -m swefleet.cli bench --config configs/gpu_embedded.toml \
+  step bench-embedded 400 $PY -m swefleet bench --config configs/gpu_embedded.toml \
     --steps 8 --runs 3 --output-dir "$DIR/bench-embedded"
   step rl-embedded 300 $RL --config configs/gpu_embedded.toml --output-dir "$DIR/rl-embedded" \
     --set orchestrator.steps=24

@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def serve_child(kind: str, port_file: str) -> None:
     """In the subprocess: the scripted app on the `kind` socket until killed."""
     import uvicorn
-
     from swefleet.inference.scripted_server import create_app
     from swefleet.inference.serving import bind_socket, write_atomic
 

@@ -10,7 +10,7 @@ The setup is `--layout` (default `configs/layouts/qwen3_0.6b_1xh200.toml`: one G
 trainer and the embedded engine) with the model replaced by the `--preset` shape
 (`swefleet/tinymodel.py`), the workload by `--batch` samples of `--seq-len` tokens (1/8 prompt)
 packed into one micro-batch, and the activation checkpointing by each `--ac` mode. Predictions
-come from the planner's own code (`swefleet.plan.estimate.plan`); measurements from swefleet's
+come from the planner's own code (`swefleet.app.plan.estimate.plan`); measurements from swefleet's
 real code, each worker in its own process (clean peak memory; on CPU the engine runs in the
 first trainer's process after its figures are taken):
 
@@ -68,7 +68,7 @@ def layout_data(args, ac: str, facts: dict) -> dict:
     measured device (total memory, bf16 peak) replace the GPU defaults where known."""
     import tomllib
 
-    from swefleet.plan.from_config import shape_from_hf
+    from swefleet.app.plan.from_config import shape_from_hf
     from swefleet.tinymodel import PRESETS
 
     data = tomllib.loads(Path(args.layout).read_text())
@@ -93,8 +93,8 @@ def layout_data(args, ac: str, facts: dict) -> dict:
 
 
 def predict(data: dict) -> dict:
-    from swefleet.plan.estimate import plan
-    from swefleet.plan.layout import validate_layout
+    from swefleet.app.plan.estimate import plan
+    from swefleet.app.plan.layout import validate_layout
 
     return plan(validate_layout(data, "plan_vs_measured layout"))
 
@@ -145,13 +145,13 @@ def _device_facts(device: str) -> dict:
 def worker_trainer(spec: dict) -> dict:
     """Build the trainer as `trainer.main` does, time steps, then export the weights."""
     import torch
-
-    from benchmarks.trainer import time_steps
-    from swefleet.batch import read_batch
     from swefleet.trainer.config import TrainerConfig
     from swefleet.trainer.export import export_hf
     from swefleet.trainer.main import build_trainer, resolve_runtime
     from swefleet.trainer.step import train_step
+
+    from benchmarks.trainer import time_steps
+    from swefleet.batch import read_batch
 
     cuda = spec["device"] == "cuda"
     if not (Path(spec["ckpt"]) / "config.json").exists():
@@ -205,7 +205,6 @@ def _engine_kv(loaded, spec: dict, weight_bytes: int):
 def worker_engine(spec: dict) -> dict:
     """Weights and static KV cache of the embedded engine; then the reload of new weights."""
     import torch
-
     from swefleet.inference.engine.model import load_model
     from swefleet.inference.engine.weights import apply_weights, read_weights
 
@@ -341,7 +340,7 @@ def engine_rows(p: dict, e: dict) -> list[dict]:
 
 
 def sync_rows(data: dict, p: dict, export: dict, e: dict) -> list[dict]:
-    from swefleet.plan import formulas as f
+    from swefleet.app.plan import formulas as f
 
     ws = p["weight_sync"]
     one_pass = f.transfer_seconds(ws["bytes"], data["cluster"].get("disk_gb_s", 2.0) * 1e9)
@@ -445,7 +444,7 @@ def compare(args, measured: dict) -> dict:
         rows += sync_rows(base, plans[first], tr0, engine)
     vllm = measured.get("vllm")
     if vllm and "kv_capacity_tokens" in vllm:
-        from swefleet.plan.layout import InferenceRole
+        from swefleet.app.plan.layout import InferenceRole
 
         default_reserve = InferenceRole.model_fields["reserve_gib"].default
         vdata = json.loads(json.dumps(base))
@@ -459,8 +458,9 @@ def compare(args, measured: dict) -> dict:
 
 def _flops_check(args, plan: dict) -> dict:
     """The planner's FLOPs a step next to `trainer.flops.step_flops` (the trainer's MFU count)."""
-    from swefleet.tinymodel import PRESETS
     from swefleet.trainer.flops import step_flops
+
+    from swefleet.tinymodel import PRESETS
 
     tr = plan["trainer"]
     return {"planner_flops": tr["flops_matmul"] + tr["flops_attention"],

@@ -60,8 +60,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     import torch
-
-    from swefleet.trainer.replay_check import SHAPES, engine_rollouts, make_moe_checkpoint, trainer_mismatch
+    from swefleet.trainer.replay_check import (
+        SHAPES,
+        engine_rollouts,
+        make_moe_checkpoint,
+        trainer_mismatch,
+    )
 
     args = _parse(argv)
     if args.threads:

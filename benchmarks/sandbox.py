@@ -38,14 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.farm import DockerFarm
 from swefleet.envs.images import DEFAULT_BASE_IMAGE
+
+from swefleet.stats import percentile
 from swefleet.types import Task
 
 LIMITS = SandboxLimits(memory_mb=256, pids_limit=128, cpus=1.0, lifetime_s=1800)
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def _task(image: str) -> Task:
@@ -192,13 +189,13 @@ async def main() -> None:
     p50, base50 = statistics.median(exec_t["true"]), statistics.median(base_t["true"])
     result = {
         "exec_p50_ms": round(p50 * 1e3, 3),
-        "exec_p99_ms": round(_pct(exec_t["true"], 0.99) * 1e3, 3),
+        "exec_p99_ms": round(percentile(exec_t["true"], 99) * 1e3, 3),
         "baseline_exec_p50_ms": round(base50 * 1e3, 3),
         "exec_speedup": round(base50 / p50, 1),
         "commands": {
             name: {
                 "p50_ms": round(statistics.median(exec_t[name]) * 1e3, 3),
-                "p99_ms": round(_pct(exec_t[name], 0.99) * 1e3, 3),
+                "p99_ms": round(percentile(exec_t[name], 99) * 1e3, 3),
                 "baseline_p50_ms": round(statistics.median(base_t[name]) * 1e3, 2),
                 "speedup": round(
                     statistics.median(base_t[name]) / statistics.median(exec_t[name]), 1

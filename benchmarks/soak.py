@@ -167,7 +167,7 @@ class Soak:
     # ------------------------------------------------------------------ the run
     def start_rl(self) -> None:
         self.starts += 1
-        cmd = [sys.executable, "-m", "swefleet.cli", "rl", "--config",
+        cmd = [sys.executable, "-m", "swefleet", "rl", "--config",
                str(self.work / "soak.toml"), "--output-dir", str(self.out)]
         with open(self.work / "logs" / f"rl-{self.starts}.log", "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,

@@ -42,8 +42,9 @@ from swefleet.inference.launch import start_server
 from swefleet.inference.protocol import RequestCancelled
 from swefleet.orchestrator.config import OrchestratorConfig
 from swefleet.orchestrator.loop import RLLoop
-from swefleet.orchestrator.metrics import percentile
+
 from swefleet.rundir import RunDir, read_jsonl
+from swefleet.stats import percentile
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
 HANG_TOKEN = 1000

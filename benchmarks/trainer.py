@@ -182,9 +182,8 @@ def _ours(ckpt: Path, arrays: dict, device: str, spec: dict):
 
 def _hf(ckpt: Path, arrays: dict, device: str, spec: dict):
     import torch
-    from transformers import AutoModelForCausalLM
-
     from swefleet.trainer.losses import policy_loss
+    from transformers import AutoModelForCausalLM
 
     cfg = _trainer_config(device, spec, len(arrays["tokens"]))
     model = AutoModelForCausalLM.from_pretrained(

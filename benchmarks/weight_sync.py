@@ -126,8 +126,8 @@ def broadcast_rank(rank: int, args: argparse.Namespace, group_json: str, queue) 
 
 def run_broadcast(args: argparse.Namespace) -> dict:
     import torch.multiprocessing as mp
-
     from swefleet.orchestrator.weight_sync import free_port
+
     from swefleet.weight_transfer import TransferGroup
 
     world = 1 + args.receivers

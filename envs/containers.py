@@ -29,10 +29,19 @@ LABEL_INSTANCE = "swefleet.instance"
 LABEL_KIND = "swefleet.kind"
 
 
-def docker_client(timeout_s: float = 120.0, max_pool_size: int = 64) -> Any:
+def docker_client(
+    timeout_s: float = 120.0, max_pool_size: int = 64, base_url: str | None = None
+) -> Any:
+    """The one way swefleet makes a Docker client: the engine at `base_url`, or the one the
+    environment names (`DOCKER_HOST`, else the local socket); API version negotiated, calls
+    time out after `timeout_s`, up to `max_pool_size` pooled connections."""
     import docker
 
-    return docker.from_env(version="auto", timeout=int(timeout_s), max_pool_size=max_pool_size)
+    kw: dict[str, Any] = {"version": "auto", "timeout": int(timeout_s),
+                          "max_pool_size": max_pool_size}
+    if base_url is None:
+        return docker.from_env(**kw)
+    return docker.DockerClient(base_url=base_url, **kw)
 
 
 def process_start_time(pid: int) -> str:

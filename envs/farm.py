@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
-
 from swefleet.envs import reaper
 from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.diskwatch import DiskWatchdog
@@ -37,6 +35,8 @@ from swefleet.envs.hosts import Host, HostSet, engine_fault, record_run
 from swefleet.envs.pool import PoolKey, WarmPool
 from swefleet.envs.protocol import InfraError
 from swefleet.envs.sandbox import DockerError, DockerSandbox, ImageMissing
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)

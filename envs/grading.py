@@ -438,11 +438,9 @@ class DockerGrader(Grader):
     def _client(self):
         with self._lock:
             if self._docker is None:
-                import docker
+                from swefleet.envs.containers import docker_client
 
-                self._docker = docker.from_env(
-                    version="auto", timeout=max(120, self.timeout_s + 60)
-                )
+                self._docker = docker_client(max(120, self.timeout_s + 60))
             return self._docker
 
     def _run(self, task: Task, model_patch: str, deadline: float) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import json
 import logging
 import os
@@ -35,6 +36,8 @@ from urllib.parse import urlparse
 
 from swefleet.envs.config import DockerHost, FarmConfig
 from swefleet.envs.protocol import InfraError
+
+from swefleet.rundir import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -292,30 +295,26 @@ def connect(config: DockerHost | None, timeout_s: float = 120.0,
     """(Docker client, closer of its ssh tunnel or TLS relay, or None) for a host; None: the
     local engine. The sandboxes' shell sessions need a plain stream from the engine, so ssh and
     TLS hosts are reached through a local unix socket (`ssh_tunnel`, `TlsRelay`)."""
-    import docker
     from swefleet.envs.containers import docker_client
 
     if config is None:
         return docker_client(timeout_s, max_pool_size=max_pool_size), None
-    kw: dict[str, Any] = {"version": "auto", "timeout": int(timeout_s),
-                          "max_pool_size": max_pool_size}
+    make = functools.partial(docker_client, timeout_s, max_pool_size)
     scheme = config.url.partition("://")[0]
     if scheme == "ssh":
         sock, tunnel = ssh_tunnel(config)
-        return _client_over(f"unix://{sock}", kw, lambda: _stop(tunnel, sock))
+        return _client_over(make, f"unix://{sock}", lambda: _stop(tunnel, sock))
     if scheme == "tcp" and (config.tls_ca_cert or config.tls_client_cert):
         relay = TlsRelay(config)
-        return _client_over(f"unix://{relay.path}", kw, relay.close)
-    return docker.DockerClient(base_url=config.url, **kw), None
+        return _client_over(make, f"unix://{relay.path}", relay.close)
+    return make(config.url), None
 
 
-def _client_over(base_url: str, kw: dict[str, Any],
+def _client_over(make: Callable[[str], Any], base_url: str,
                  close: Callable[[], None]) -> tuple[Any, Callable[[], None]]:
     """A client through a link (tunnel, relay); the link is closed if the client fails."""
-    import docker
-
     try:
-        return docker.DockerClient(base_url=base_url, **kw), close
+        return make(base_url), close
     except BaseException:
         close()
         raise
@@ -489,9 +488,7 @@ def record_run(run_id: str, hosts: list[DockerHost]) -> None:
         return
     path = _record_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps([h.model_dump() for h in hosts]))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps([h.model_dump() for h in hosts]))
 
 
 def recorded_hosts(run_id: str) -> list[DockerHost]:

@@ -26,6 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from swefleet.envs.containers import docker_client
+
+from swefleet.rundir import write_text_atomic
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)
@@ -36,12 +39,6 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch", "procps", "ca-certificates")
 AGENT_UID = 1000
 LABEL_KIND = "swefleet.kind"
-
-
-def docker_client():
-    import docker
-
-    return docker.from_env(version="auto", timeout=120)
 
 
 def image_exists(tag: str) -> bool:
@@ -248,9 +245,7 @@ def _touch_usage(tag: str) -> None:
     except (FileNotFoundError, json.JSONDecodeError):
         usage = {}
     usage[tag] = time.time()
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(usage))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(usage))
 
 
 def prune_images(older_than_days: float = 7.0) -> list[str]:

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-
 from swefleet.envs.gradelog import REASON_INFRA, REASON_NO_SUITE, REASON_PATCH, REASON_TIMEOUT
+
 from swefleet.types import GradeResult, GradeStatus
 
 

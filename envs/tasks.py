@@ -31,8 +31,8 @@ import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
-
 from swefleet.envs.images import DEFAULT_BASE_IMAGE, ensure_task_image
+
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)
@@ -168,8 +168,8 @@ def _validate_swebench_rows(records: list, where: str) -> list[Task]:
             errors.append((i, str(e)))
             continue
         if task.instance_id in seen:
-            errors.append((i, f"{where}: record {i} (instance_id={task.instance_id!r}): field "
-                              "'instance_id': duplicate"))
+            errors.append((i, (f"{where}: record {i} (instance_id={task.instance_id!r}): field "
+                              "'instance_id': duplicate")))
             continue
         seen.add(task.instance_id)
         tasks.append(task)

@@ -62,8 +62,8 @@ def _batch_clock_lines(r: dict) -> list[str]:
     c = r.get("batch_clock") or {}
     if not c.get("n"):
         return []
-    return [f"| batch clock median / CV ({c['warmup_steps']} warm-up) | {_s(c['median_s'])} / "
-            f"{_pct(c['cv'])} |"]
+    return [(f"| batch clock median / CV ({c['warmup_steps']} warm-up) | {_s(c['median_s'])} / "
+            f"{_pct(c['cv'])} |")]
 
 
 def _best_lines(r: dict) -> list[str]:

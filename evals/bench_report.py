@@ -11,7 +11,9 @@ from collections import Counter
 from pathlib import Path
 
 from swefleet.evals.bench_data import PHASES, RunData, find_run_dirs, load_run
-from swefleet.evals.steptime import coef_var, detect_warmup, median, summarize, warmup_threshold
+from swefleet.evals.steptime import coef_var, detect_warmup, summarize, warmup_threshold
+
+from swefleet.stats import median
 from swefleet.types import NON_SCORABLE
 
 SCHEMA = "swefleet.bench/1"

@@ -18,7 +18,9 @@ from swefleet.evals.bench_report import SCHEMA as BENCH_SCHEMA
 from swefleet.evals.bench_report import config_diff
 from swefleet.evals.report import SCHEMA as EVAL_SCHEMA
 from swefleet.evals.stats import bootstrap_task_delta_ci, pass_at_k, pass_hat_k
-from swefleet.evals.steptime import bootstrap_delta_ci, coef_var, mean, median, percentile
+from swefleet.evals.steptime import bootstrap_delta_ci, coef_var, mean
+
+from swefleet.stats import median, percentile
 
 SCHEMA = "swefleet.compare/1"
 Stat = Callable[[Sequence[float]], float]

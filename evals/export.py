@@ -11,7 +11,6 @@ tokenizer is needed only for episodes with turns (`--agent model`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
@@ -27,13 +26,6 @@ FORMATS = ("mini-swe-agent",)
 def trajectory_path(out: Path, instance_id: str, attempt: int) -> Path:
     """Where `swefleet eval` keeps the full swefleet trajectory of one episode."""
     return out / "trajectories" / instance_id / f"{attempt}.json"
-
-
-def export_cli(args: argparse.Namespace) -> int:
-    dest = export_mini_swe_agent(Path(args.dir), Path(args.out) if args.out else None,
-                                 tokenizer_dir=args.tokenizer)
-    print(f"wrote {dest}")
-    return 0
 
 
 def export_mini_swe_agent(out: Path, dest: Path | None = None, *,

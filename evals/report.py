@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from swefleet.evals.stats import flip_rate, mean_pass_at_k, mean_pass_hat_k, success_rate, success_rate_ci
+from swefleet.evals.stats import (
+    flip_rate,
+    mean_pass_at_k,
+    mean_pass_hat_k,
+    success_rate,
+    success_rate_ci,
+)
 
 SCHEMA = "swefleet.eval/2"
 

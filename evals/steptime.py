@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from swefleet.stats import median, percentile
+
 #: scale that makes the MAD a consistent estimator of the standard deviation for normal data
 MAD_TO_SIGMA = 1.4826
 WARMUP_MADS = 3.0
@@ -24,21 +26,6 @@ def mean(xs: Sequence[float]) -> float:
     if not xs:
         raise ValueError("mean of no values")
     return sum(xs) / len(xs)
-
-
-def percentile(xs: Sequence[float], q: float) -> float:
-    """q in [0, 100]; linear interpolation between closest ranks."""
-    if not xs:
-        raise ValueError("percentile of no values")
-    s = sorted(xs)
-    pos = (len(s) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def median(xs: Sequence[float]) -> float:
-    return percentile(xs, 50.0)
 
 
 def stdev(xs: Sequence[float]) -> float:

@@ -1,6 +1,6 @@
 """Configuration of the inference room: the embedded engine servers and the fleet client.
 
-Light module (pydantic only): `swefleet.config` imports it to build the config tree.
+Light module (pydantic only): `swefleet.app.config` imports it to build the config tree.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
 from swefleet.inference.vllm_launch import VLLMLaunch
 
 #: embedded-engine settings a vLLM server does not read (its own are under `inference.vllm`)
@@ -295,7 +294,7 @@ def _check_external(cfg: InferenceConfig) -> None:
 
 
 def _place_embedded(cfg: InferenceConfig) -> None:
-    if cfg.kind == "embedded" and cfg.server_api != "swefleet":  # `auto`: swefleet/topology.py
+    if cfg.kind == "embedded" and cfg.server_api != "swefleet":  # `auto`: swefleet/app/topology.py
         raise ValueError(EMBEDDED_API_ERROR)  # (a FleetClient on its own may talk to any server)
     if cfg.gpus_per_server != 1:
         raise ValueError(f"gpus_per_server={cfg.gpus_per_server}: an embedded server uses 1 GPU")
@@ -339,7 +338,7 @@ def _place_vllm(cfg: InferenceConfig) -> None:
 
 @dataclass(frozen=True)
 class ServerSpec:
-    """Where one server of the fleet runs (`swefleet.topology` resolves them from the config)."""
+    """Where one server of the fleet runs (`swefleet.app.topology` resolves them from the config)."""
 
     index: int
     url: str = ""

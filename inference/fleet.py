@@ -58,14 +58,6 @@ from typing import Self
 
 import orjson
 from pydantic import ValidationError
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-)
-
 from swefleet.inference.concurrency import (
     AIMDController,
     kv_usage_of,
@@ -75,11 +67,20 @@ from swefleet.inference.concurrency import (
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.disagg import decode_body, prefill_body, transfer_params
 from swefleet.inference.protocol import CancelReason, Completion, RequestCancelled
-from swefleet.inference.routing import PrefixCacheStats, Router, ServerState, percentile
+from swefleet.inference.routing import PrefixCacheStats, Router, ServerState
 from swefleet.inference.streaming import StreamAssembler, StreamError
 from swefleet.inference.transport import ConnectFailed, ConnectionLost, Response, Transport
 from swefleet.inference.weight_sync import BroadcastSync, WeightSyncError
 from swefleet.inference.wire import CompletionResponse, HealthResponse, UpdateWeightsResponse
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from swefleet.stats import percentile
 from swefleet.weight_transfer import TransferGroup, is_marker, read_marker
 
 #: transport failures after which the request is retried (the server never answered it)
@@ -399,8 +400,8 @@ class FleetClient:
         out["infer/live_servers"] = float(sum(s.live(now) and s.in_service for s in self._every))
         if self._limiters:
             out["infer/inflight_limit"] = float(sum(s.limit for s in self.servers))
-        out["infer/latency_p50_s"] = percentile(latencies, 50)
-        out["infer/latency_p99_s"] = percentile(latencies, 99)
+        out["infer/latency_p50_s"] = percentile(latencies, 50, empty=math.nan)
+        out["infer/latency_p99_s"] = percentile(latencies, 99, empty=math.nan)
         # mean over servers of the time none of our requests was in flight since the last call
         out["infer/idle_fraction"] = sum(s.idle.take() for s in self._every) / max(
             len(self._every), 1

@@ -23,10 +23,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
-
 from swefleet.inference.config import InferenceConfig, ServerSpec
 from swefleet.inference.launch import ServerHandle, configured_argv, spawn_server, wait_ready
-from swefleet.inference.vllm_launch import launch_env, launch_profile, missing_executable, serve_command
+from swefleet.inference.vllm_launch import (
+    launch_env,
+    launch_profile,
+    missing_executable,
+    serve_command,
+)
 
 #: what a vLLM server must answer before it takes requests
 VLLM_READY_ROUTES = ("/health", "/v1/models")

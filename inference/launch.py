@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Self
 
 import httpx
-
 from swefleet.inference.config import InferenceConfig
+
 from swefleet.procs import die_with_parent
 
 

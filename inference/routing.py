@@ -16,14 +16,7 @@ from dataclasses import dataclass, field
 
 from swefleet.inference.idle import IdleClock
 
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 100]); NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+from swefleet.stats import percentile
 
 
 @dataclass
@@ -115,8 +108,8 @@ class ServerState:
             "completed": self.completed,
             "failures": self.failures,
             "tokens": self.tokens,
-            "latency_p50_s": percentile(lat, 50),
-            "latency_p99_s": percentile(lat, 99),
+            "latency_p50_s": percentile(lat, 50, empty=math.nan),
+            "latency_p99_s": percentile(lat, 99, empty=math.nan),
             "drops": dict(self.drops),
             "kv_usage": self.kv_usage,
             "kv_hit_rate": self.prefix.window_rate if self.prefix else None,

@@ -52,7 +52,6 @@ import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
-
 from swefleet.inference.serving import serve
 from swefleet.inference.wire import (
     CompletionChoice,

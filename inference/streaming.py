@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-
 from swefleet.inference.wire import CompletionChoice, CompletionLogProbs, CompletionResponse, Usage
 
 _TOP_LEVEL = ("policy_version", "policy_version_final", "abort_reason", "kv_transfer_params")

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient, WeightUpdateError
 from swefleet.inference.fleet_launch import ServerFleet

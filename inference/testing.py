@@ -49,7 +49,6 @@ def started_engine(model_dir: str | Path, kv_mode: str, prefix_cache: bool = Tru
     """A started embedded `Engine` on `model_dir` (one torch thread, float32 on CPU,
     max_model_len 1024, max_batch_size 4 unless given); the caller shuts it down."""
     import torch
-
     from swefleet.inference.engine.core import Engine
     from swefleet.inference.engine.model import load_model
 

@@ -31,6 +31,7 @@ from swefleet.inference.config import InferenceConfig
 from swefleet.inference.routing import ServerState
 from swefleet.inference.transport import Response, Transport
 from swefleet.inference.wire import UpdateWeightsResponse
+
 from swefleet.weight_transfer import BroadcastMarker, TransferGroup, UpdateInfo
 
 #: seconds an init may take beyond the group's own deadline (HTTP, the server's answer)

@@ -33,6 +33,7 @@ from swefleet.orchestrator.metrics import cost_metrics, rollout_metrics, rollout
 from swefleet.orchestrator.resume import ResumePoint
 from swefleet.orchestrator.retention import prune_weights
 from swefleet.orchestrator.rollout import RolloutFn, RolloutHandle
+
 from swefleet.batch import pack_samples, write_batch
 from swefleet.filewatch import FileWatch
 from swefleet.journal import Journal

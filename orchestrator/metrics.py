@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from swefleet.stats import percentile
 from swefleet.types import EpisodeStatus, GradeStatus, Trajectory
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank-with-interpolation percentile; 0.0 for an empty list."""
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def rollouts_dropped(drops: dict[str, int]) -> int:
@@ -37,8 +27,8 @@ def rollout_metrics(trajs: list[Trajectory], trained_version: int) -> dict:
         "rollout/pass_rate": statuses.get(EpisodeStatus.resolved.value, 0) / max(len(trajs), 1),
         "rollout/turns_mean": sum(len(t.turns) for t in trajs) / max(len(trajs), 1),
         "rollout/tokens_mean": sum(t.n_tokens for t in trajs) / max(len(trajs), 1),
-        "rollout/latency_p50_s": percentile(latencies, 50),
-        "rollout/latency_p99_s": percentile(latencies, 99),
+        "rollout/latency_p50_s": percentile(latencies, 50, empty=0.0),
+        "rollout/latency_p99_s": percentile(latencies, 99, empty=0.0),
         "rollout/off_policy_rate": off_policy / max(sum(skews.values()), 1),
         "rollout/version_skew": {str(k): v for k, v in sorted(skews.items())},
     }

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from swefleet.orchestrator.advantages import is_scored
 from swefleet.orchestrator.metrics import rollouts_dropped
+
 from swefleet.batch import read_batch
 from swefleet.journal import Journal
 from swefleet.rundir import RunDir, append_jsonl, read_jsonl, version_dirs

@@ -15,6 +15,7 @@ from swefleet.agents.config import AgentConfig
 from swefleet.agents.loop import run_episode
 from swefleet.envs.protocol import Farm, Grader, InfraError
 from swefleet.inference.protocol import ModelClient
+
 from swefleet.types import EpisodeStatus, GradeStatus, Task, Trajectory
 
 #: Episode endings whose patch is graded (the policy chose to stop, or ran out of steps).

@@ -16,6 +16,7 @@ from swefleet.agents.chat import ChatML
 from swefleet.inference.protocol import CancelReason, ModelClient, RequestCancelled
 from swefleet.orchestrator.config import ToyConfig
 from swefleet.orchestrator.rollout import RolloutFn, RolloutHandle, Sink
+
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
 PROMPT = "Answer with tokens from the target set."

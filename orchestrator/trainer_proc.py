@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swefleet.config import RunConfig
 from swefleet.procs import die_with_parent
 from swefleet.rundir import RunDir, write_json_atomic
 
@@ -64,27 +63,29 @@ def trainer_env(cfg: TrainerConfig, base: dict[str, str] | None = None) -> dict[
 
 
 def start_trainer(
-    cfg: RunConfig, run_dir: RunDir, model_dir: Path, weight_sync: dict | None = None
+    cfg: TrainerConfig, steps: int, run_dir: RunDir, model_dir: Path,
+    weight_sync: dict | None = None,
 ) -> subprocess.Popen:
     """The trainer is its own process (`trainer.ranks` > 1: torchrun and its ranks); it reads
     batches and publishes weights (atomic files). The job is the same for a fresh and a resumed
-    run: the trainer resumes itself from its own checkpoints and the weights already published.
+    run: the trainer resumes itself from its own checkpoints and the weights already published,
+    up to version `steps`.
     Output goes to `logs/trainer.log`. The returned process (the trainer, or torchrun) leads its
     own process group, dies with this process, and torchrun's ranks die with torchrun.
     `weight_sync`: the job's broadcast section (`orchestrator.weight_sync.weight_sync_job`)."""
     job = {
         "model": str(model_dir), "batches_dir": str(run_dir.batches),
         "weights_dir": str(run_dir.weights), "start_version": 0,
-        "max_steps": cfg.orchestrator.steps,
+        "max_steps": steps,
         **({"weight_sync": weight_sync} if weight_sync else {}),
     }
     job_path = run_dir.root / "trainer_job.json"
-    write_json_atomic(job_path, {**job, "trainer": cfg.trainer.model_dump(mode="json")})
-    cmd = trainer_command(cfg.trainer, job_path, run_dir.logs / "trainer_ranks")
+    write_json_atomic(job_path, {**job, "trainer": cfg.model_dump(mode="json")})
+    cmd = trainer_command(cfg, job_path, run_dir.logs / "trainer_ranks")
     log_file = open(run_dir.logs / "trainer.log", "ab")  # noqa: SIM115 - owned by the process
     return TrainerProcess(
-        cmd, lambda: run_dir.weights_path(cfg.orchestrator.steps).exists(),
-        env=trainer_env(cfg.trainer), stdout=log_file, stderr=subprocess.STDOUT,
+        cmd, lambda: run_dir.weights_path(steps).exists(),
+        env=trainer_env(cfg), stdout=log_file, stderr=subprocess.STDOUT,
         start_new_session=True,
         preexec_fn=die_with_parent,  # started from the main thread, before any fork
     )

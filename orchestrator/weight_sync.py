@@ -10,7 +10,7 @@ After an inference server restarted, the group the trainer formed is gone for th
 `new_group_epoch` announces the same group with the next epoch in `weights/nccl_group.json`; the
 trainer joins it before its next broadcast, and the next marker carries it, so every server
 joins again (`fleet.init_weight_sync` is idempotent per group: epoch included). The supervisor
-calls it through `regroup_after_restart` (`swefleet/servers.py` hands it over).
+calls it through `regroup_after_restart` (`swefleet/app/servers.py` hands it over).
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swefleet.rundir import RunDir, write_json_atomic
 from swefleet.weight_transfer import GROUP_FILE, TransferGroup
+
+if TYPE_CHECKING:
+    from swefleet.inference.config import InferenceConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,17 +36,18 @@ def free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-async def weight_sync_job(cfg: Any, fleet: Any, run_dir: RunDir) -> dict | None:
+async def weight_sync_job(
+    inference: InferenceConfig, trainer_device: str, fleet: Any, run_dir: RunDir
+) -> dict | None:
     """The trainer job's `weight_sync` section (`trainer.config.WeightSyncJob`), or None when
-    versions are published as directories. `cfg` is the run config. A group epoch announced
-    by an earlier run of the directory is forgotten: this run's group is a new one."""
+    versions are published as directories. A group epoch announced by an earlier run of the
+    directory is forgotten: this run's group is a new one."""
     (run_dir.weights / GROUP_FILE).unlink(missing_ok=True)
-    inference = cfg.inference
     if inference.weight_sync != "nccl":
         return None
     vllm = inference.server_api == "vllm"
     cuda = vllm or inference.device.startswith("cuda")
-    if cuda and cfg.trainer.device == "cpu":
+    if cuda and trainer_device == "cpu":
         raise ValueError("weight_sync='nccl' with GPU servers needs the trainer on a GPU "
                          "(trainer.device cpu): use weight_sync='filesystem'")
     group = TransferGroup(

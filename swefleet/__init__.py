@@ -4,6 +4,10 @@ The rooms (`agents`, `envs`, `evals`, `inference`, `orchestrator`, `trainer`) ar
 this package in a source checkout and subpackages of it once installed (setup.py maps them), so
 they are always imported as `swefleet.<room>`. In a checkout run without installing (PYTHONPATH
 set to the repository), the checkout's root joins this package's search path for the same names.
+
+Layers, nothing imports upwards: `swefleet.app` (the command line, the config tree, the run
+wiring of each command) on top; the rooms; this package's own modules (types, run directory,
+journal, batch schema, ...) at the bottom, shared by all.
 """
 
 from pathlib import Path as _Path

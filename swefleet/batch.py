@@ -29,12 +29,12 @@ checkpoint directory, also renamed into place atomically). See docs/batch_schema
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from swefleet.rundir import write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -172,17 +172,7 @@ def write_batch(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str,
     meta = {"schema_version": SCHEMA_VERSION, **meta}
     payload = dict(arrays)
     payload[_META_KEY] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    write_atomic(path, lambda f: np.savez(f, **payload))
     return path
 
 
@@ -195,11 +185,3 @@ def read_batch(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]
         raise ValueError(f"{path}: schema_version {meta['schema_version']} != {SCHEMA_VERSION}")
     validate_batch(arrays)
     return arrays, meta
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

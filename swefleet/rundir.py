@@ -25,7 +25,9 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import BaseModel
 
@@ -220,16 +222,23 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Replace `path` with `text` so that a reader (or a crash, or a power loss) sees the old
-    file or the new one, whole: a temp file beside it is written and fsynced, renamed over it,
-    then the directory is fsynced so the rename itself is durable (POSIX). On an error the old
-    file is untouched, the temp file removed, and the error raised."""
+    """`write_atomic` of `text` (UTF-8)."""
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """The one atomic write: replace `path` with what `write` puts in the open binary file, so
+    that a reader (or a crash, or a power loss) sees the old file or the new one, whole: a
+    hidden temp file beside it (`.<name>.tmp-<pid>-<random>`, which readers of a directory
+    skip) is written and fsynced, renamed over it, then the directory is fsynced so the rename
+    itself is durable (POSIX). On an error the old file is untouched, the temp file removed,
+    and the error raised."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as usual
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -44,6 +44,7 @@ def envs_tiny_task(tmp_path_factory):
     """A `Task` whose image (built by `envs.images.ensure_task_image`, content-addressed, so
     reused across runs) holds a two-file git repository at /testbed."""
     from swefleet.envs.images import DEFAULT_BASE_IMAGE, ensure_task_image, image_exists
+
     from swefleet.types import Task
 
     if not image_exists(DEFAULT_BASE_IMAGE):
@@ -65,6 +66,7 @@ def envs_tiny_task(tmp_path_factory):
 def tok(tmp_path_factory):
     """A byte-level BPE tokenizer (vocab 1024) trained by the project, shared by the session."""
     from swefleet.agents.tokenizer import Tokenizer
+
     from swefleet.tinymodel import train_tokenizer
 
     path = tmp_path_factory.mktemp("tokenizer")

@@ -18,7 +18,6 @@ import torch
 
 def export_one(job: dict, rank: int, world: int, shard_bytes: int) -> None:
     from safetensors.torch import save_file
-
     from swefleet.trainer.export import export_hf
     from swefleet.trainer.titan import hf_state_dict, load_policy
 

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from swefleet.trainer import titan
 
 MARKER = "swefleet_checkpoint.json"

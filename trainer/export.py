@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from swefleet.trainer import titan
 
 from swefleet.rundir import DURABLE_MARKER, fsync_dir, is_durable, version_dirs, write_text_atomic
-from swefleet.trainer import titan
 
 log = logging.getLogger(__name__)
 Durability = Literal["background", "inline"]

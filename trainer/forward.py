@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from swefleet.trainer import titan
 
 

@@ -38,9 +38,10 @@ import threading
 import time
 from pathlib import Path
 
+from swefleet.trainer.config import TrainerConfig, TrainerJob, load_job_file
+
 from swefleet.batch import batch_path, read_batch, weights_path
 from swefleet.filewatch import FileWatch
-from swefleet.trainer.config import TrainerConfig, TrainerJob, load_job_file
 
 log = logging.getLogger("trainer")
 
@@ -163,7 +164,6 @@ def build_trainer(cfg: TrainerConfig, source: Path, device: str, attention: str,
     """(policy, optimizer) as configured, the weights from the HF directory `source`, sharded
     over `world` ranks (FSDP2 all-gathers bf16 weights when computing in bf16)."""
     import torch
-
     from swefleet.trainer.step import build_optimizer
     from swefleet.trainer.titan import load_policy
 
@@ -188,7 +188,6 @@ def build_trainer(cfg: TrainerConfig, source: Path, device: str, attention: str,
 def _mfu_fn(source: Path, device: str, world: int):
     """cu_seqlens, step seconds -> MFU of the step (None on CPU, unknown GPUs, MoE)."""
     import torch
-
     from swefleet.trainer.flops import step_mfu
 
     hf = json.loads((Path(source) / "config.json").read_text())
@@ -309,7 +308,6 @@ def _save(job: TrainerJob, policy, optimizer, step: int) -> None:
 def run(job: TrainerJob, stop: StopFlag) -> int:
     """The step loop. Returns the process exit code."""
     import torch
-
     from swefleet.trainer.step import train_step
     from swefleet.trainer.titan import expert_parallel_degree
 

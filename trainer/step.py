@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
 from swefleet.trainer import titan
 from swefleet.trainer.config import TrainerConfig
 from swefleet.trainer.expert_load import ExpertLoad, token_rows

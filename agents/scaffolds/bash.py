@@ -13,6 +13,7 @@ from swefleet.agents.config import AgentConfig
 from swefleet.agents.prompts import render, strip_thinking, truncate_middle
 from swefleet.agents.protocol import Action, FormatError, Observation
 from swefleet.envs.protocol import CommandResult, Sandbox
+
 from swefleet.types import Task
 
 SUBMIT_SENTINEL = "SWEFLEET_SUBMIT"

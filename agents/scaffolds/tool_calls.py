@@ -14,7 +14,6 @@ from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from swefleet.agents.prompts import PROMPTS_DIR, strip_thinking
 from swefleet.agents.protocol import Action, FormatError
 

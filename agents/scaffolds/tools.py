@@ -19,6 +19,7 @@ from swefleet.agents.scaffolds.bash import render_command_result
 from swefleet.agents.scaffolds.files import NumberedText, ToolError, replace_once, view_file
 from swefleet.agents.scaffolds.tool_calls import ARGUMENTS, parse_tool_call, tool_schemas
 from swefleet.envs.protocol import Sandbox
+
 from swefleet.types import Task
 
 

@@ -22,6 +22,7 @@ from swefleet.envs.bwrap.sandbox import BwrapSandbox
 from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.farm import DockerFarm, FarmLifetime, FarmStats
 from swefleet.envs.protocol import InfraError
+
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from swefleet.envs.bwrap.box import Box
 from swefleet.envs.bwrap.rootfs import ensure_rootfs
 from swefleet.envs.config import BwrapConfig, SandboxLimits
 from swefleet.envs.grading import DockerGrader, _Session
+
 from swefleet.types import Task
 
 _GRADE_ENV = {"PYTHONUNBUFFERED": "1", "GIT_PAGER": "cat", "LANG": "C.UTF-8"}

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT.parent.parent))  # run as a script from anywhere
 from swefleet.envs.grading import DockerGrader, grade_many
 from swefleet.envs.images import DEFAULT_BASE_IMAGE
 from swefleet.envs.tasks import load_tasks, prepare_task_images
+
 from swefleet.types import GradeStatus, Task
 
 

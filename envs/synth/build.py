@@ -20,6 +20,7 @@ from pathlib import Path
 from swefleet.envs.images import AGENT_UID, DEFAULT_BASE_IMAGE, ensure_image_from_files
 from swefleet.envs.synth.fetch import fetch_sdist, fetch_wheels, sha256_of
 from swefleet.envs.synth.recipe import Recipe, load_recipe
+
 from swefleet.types import Task
 
 _GIT_ENV = ("GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z "

@@ -14,6 +14,7 @@ from swefleet.envs.synth.mutators import Mutation
 from swefleet.envs.synth.probe import Screened
 from swefleet.envs.synth.recipe import Recipe
 from swefleet.envs.synth.statement import NoEvidence, write_statement
+
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)

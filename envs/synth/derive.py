@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from swefleet.envs.gradelog import regrade_from_log
 from swefleet.envs.grading import DockerGrader, grade_many
 from swefleet.envs.synth.probe import well_formed
+
 from swefleet.types import GradeResult, GradeStatus, Task
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from collections import Counter
@@ -23,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
-
 from swefleet.envs.images import DEFAULT_BASE_IMAGE
 from swefleet.envs.synth.candidates import Package, bug_patch, record_of, to_task
 from swefleet.envs.synth.derive import derive_lists
@@ -31,6 +29,8 @@ from swefleet.envs.synth.mutators import Mutation, choose, find_mutations
 from swefleet.envs.synth.probe import Baseline, run_baseline, screen
 from swefleet.envs.synth.recipe import load_recipe
 from swefleet.envs.synth.trace import is_covered, traced_lines
+
+from swefleet.rundir import write_text_atomic
 from swefleet.types import Task
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,5 @@ def merge_into(out_file: Path, prefix: str, tasks: list[Task]) -> int:
     records += [record_of(t) for t in tasks]
     records.sort(key=lambda r: (r.get("split", ""), r["instance_id"]))
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_file.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    os.replace(tmp, out_file)
+    write_text_atomic(out_file, "".join(json.dumps(r) + "\n" for r in records))
     return len(records)

@@ -13,6 +13,7 @@ from swefleet.envs.gradelog import is_infra
 from swefleet.envs.grading import DockerGrader, grade_many
 from swefleet.envs.synth.mutators import Mutation
 from swefleet.envs.synth.recipe import Recipe
+
 from swefleet.types import GradeResult, Task
 
 

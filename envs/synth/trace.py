@@ -40,9 +40,9 @@ def traced_lines(
     timeout_s: float = 600,
 ) -> dict[str, set[int]]:
     """Source path (relative) -> the line numbers any test executed."""
-    import docker
+    from swefleet.envs.containers import docker_client
 
-    client = docker.from_env(version="auto", timeout=int(timeout_s) + 60)
+    client = docker_client(timeout_s + 60)
     files = [f"{workdir}/{s}" for s in sources]
     container = client.containers.run(
         image, ["python3", "-c", _TRACER, json.dumps(files), *test_files], detach=True,

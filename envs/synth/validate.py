@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from swefleet.envs.grading import DockerGrader, grade_many
+
 from swefleet.types import GradeResult, GradeStatus, Task
 
 

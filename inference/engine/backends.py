@@ -21,7 +21,6 @@ import logging
 from typing import Any, Literal, Protocol
 
 import torch
-
 from swefleet.inference.engine.graphs import StaticDecoder
 from swefleet.inference.engine.kvbatch import KVBatch
 from swefleet.inference.engine.prefix import Parked, PrefixSlots, PrefixStore

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from swefleet.inference.engine.backends import KVMode, make_backend
 from swefleet.inference.engine.experts import make_capture
 from swefleet.inference.engine.sampling import RowParams, Sampled, make_generator, sample

@@ -18,7 +18,6 @@ import logging
 from typing import Any
 
 import torch
-
 from swefleet.inference.engine.sampling import (
     RowParams,
     Sampled,

@@ -22,8 +22,8 @@ import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
 from swefleet.inference.engine.weights import StagedWeights, _match
+
 from swefleet.weight_transfer import TransferGroup, UpdateInfo
 
 log = logging.getLogger(__name__)

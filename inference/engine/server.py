@@ -29,8 +29,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-
-from swefleet.inference.engine.core import Engine, EngineDead, GenerationResult, QueueFull, SamplingParams
+from swefleet.inference.engine.core import (
+    Engine,
+    EngineDead,
+    GenerationResult,
+    QueueFull,
+    SamplingParams,
+)
 from swefleet.inference.engine.metrics import render
 from swefleet.inference.engine.model import LoadedModel
 from swefleet.inference.engine.nccl_receiver import (
@@ -39,7 +44,12 @@ from swefleet.inference.engine.nccl_receiver import (
     TransferError,
     WeightReceiver,
 )
-from swefleet.inference.engine.stream import ChunkWriter, EngineStreamResponse, TokenStream, sse_chunks
+from swefleet.inference.engine.stream import (
+    ChunkWriter,
+    EngineStreamResponse,
+    TokenStream,
+    sse_chunks,
+)
 from swefleet.inference.engine.weights import StagedWeights, read_weights
 from swefleet.inference.serving import serve
 from swefleet.inference.wire import (
@@ -55,6 +65,7 @@ from swefleet.inference.wire import (
     UpdateWeightsResponse,
     Usage,
 )
+
 from swefleet.routed_experts import encode as encode_routed
 
 log = logging.getLogger("swefleet.inference.engine.server")

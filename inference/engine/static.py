@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
 from swefleet.inference.engine.fused import FusedLinear, can_fuse
 
 SUPPORTED_MODEL_TYPES = frozenset({"qwen3", "qwen2", "llama"})

@@ -21,7 +21,6 @@ from typing import Any
 
 import orjson
 from starlette.responses import StreamingResponse
-
 from swefleet.inference.engine.core import GenerationResult
 from swefleet.inference.wire import (
     CompletionLogProbs,
@@ -31,6 +30,7 @@ from swefleet.inference.wire import (
     PromptTokensDetails,
     Usage,
 )
+
 from swefleet.routed_experts import encode as encode_routed
 
 Token = tuple[int, float, list[tuple[int, float]] | None]

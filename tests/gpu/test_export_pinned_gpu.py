@@ -14,10 +14,10 @@ pytestmark = [
 
 def test_pinned_staging_is_bitwise_the_plain_copy_and_is_reused(tmp_path):
     from safetensors.torch import load_file
-
-    from swefleet.tinymodel import create_tiny_model
     from swefleet.trainer.export import Exporter, export_hf, state_dicts_equal
     from swefleet.trainer.titan import load_policy
+
+    from swefleet.tinymodel import create_tiny_model
 
     policy = load_policy(create_tiny_model(tmp_path / "tiny", preset="tiny"),
                          torch.device("cuda"), "sdpa")

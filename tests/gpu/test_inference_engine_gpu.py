@@ -8,7 +8,6 @@ import time
 
 import pytest
 import torch
-
 from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
 from swefleet.inference.engine.model import load_model
 from swefleet.inference.testing import reference_logprobs, tiny_checkpoint

@@ -14,7 +14,12 @@ pytestmark = [
 
 
 def test_replay_cuts_mismatch_kl_on_cuda(tmp_path):
-    from swefleet.trainer.replay_check import SHAPES, engine_rollouts, make_moe_checkpoint, trainer_mismatch
+    from swefleet.trainer.replay_check import (
+        SHAPES,
+        engine_rollouts,
+        make_moe_checkpoint,
+        trainer_mismatch,
+    )
 
     shape = SHAPES["small"]
     ckpt = make_moe_checkpoint(

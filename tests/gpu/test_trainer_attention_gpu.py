@@ -39,9 +39,8 @@ def _grads(fn, q, k, v, cu, max_len):
 
 
 def test_flex_document_mask_matches_flash_varlen():
-    from torch.nn.attention.flex_attention import flex_attention
-
     from swefleet.trainer.attention import document_block_mask
+    from torch.nn.attention.flex_attention import flex_attention
 
     q, k, v, cu, max_len = _inputs()
     mask = document_block_mask(cu, q.shape[0])

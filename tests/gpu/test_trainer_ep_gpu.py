@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from swefleet.trainer.replay_check import SHAPES, make_moe_checkpoint
 
 from swefleet import routed_experts
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
 from tests.trainer_ranks import finish, launch_trainer_ranks, rl_sample, trainer_records
-from swefleet.trainer.replay_check import SHAPES, make_moe_checkpoint
 
 pytestmark = [
     pytest.mark.gpu,

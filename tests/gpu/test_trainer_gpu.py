@@ -214,13 +214,12 @@ def test_compiled_selective_ac_step_matches_eager(sharp):
 def test_qwen3_moe_varlen_bf16_and_router_replay(tmp_path):
     """Qwen3-MoE on CUDA (grouped matmuls, varlen, bf16): close to transformers fp32; replaying
     the trainer's own routing changes nothing; a step with replayed routing trains."""
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-
     from swefleet.trainer import router_replay
     from swefleet.trainer.config import TrainerConfig
     from swefleet.trainer.forward import batch_logprobs
     from swefleet.trainer.step import build_optimizer, train_step
     from swefleet.trainer.titan import load_policy
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     config = Qwen3MoeConfig(
         hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=2,

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server
 from swefleet.inference.testing import tiny_checkpoint
 from swefleet.orchestrator.weight_sync import free_port
+
 from swefleet.weight_transfer import TransferGroup, marker_path
 from tests.integration.test_weight_sync_nccl import greedy, start_publish, wait_for
 

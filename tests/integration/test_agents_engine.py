@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from swefleet.agents.chat import ChatML
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.context import compacted_instance
@@ -28,6 +27,7 @@ from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server
 from swefleet.inference.testing import tiny_checkpoint
+
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs.config import FarmConfig, SandboxLimits
 
 pytestmark = [pytest.mark.integration]
@@ -159,7 +158,7 @@ def test_eval_through_bwrap(tmp_path, agent, rate):
     cfg.write_text('[envs]\nbackend = "bwrap"\n')
     out = tmp_path / agent
     proc = subprocess.run(
-        [sys.executable, "-m", "swefleet.cli", "eval", "--agent", agent, "--tasks",
+        [sys.executable, "-m", "swefleet", "eval", "--agent", agent, "--tasks",
          str(REPO / "envs/data/quickstart/tasks.jsonl"), "--split", "heldout",
          "--output-dir", str(out), "--config", str(cfg)],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False)

@@ -80,7 +80,7 @@ def test_eval_from_an_imported_bundle_without_docker(tmp_path, imported, no_dock
                    f'bwrap_path = "{imported}/bin/bwrap"\nstate_dir = "{imported}/../state"\n')
     out = tmp_path / agent
     proc = subprocess.run(
-        [sys.executable, "-m", "swefleet.cli", "eval", "--agent", agent, "--tasks",
+        [sys.executable, "-m", "swefleet", "eval", "--agent", agent, "--tasks",
          str(imported / "tasks/qs2.jsonl"), "--output-dir", str(out), "--config", str(cfg)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -120,7 +120,7 @@ def _run(client, image: str, script: str) -> str:
 
 
 def _eval(tasks: Path, out: Path, agent: str, *extra: str) -> list[dict]:
-    cmd = [sys.executable, "-m", "swefleet.cli", "eval", "--agent", agent, "--tasks", str(tasks),
+    cmd = [sys.executable, "-m", "swefleet", "eval", "--agent", agent, "--tasks", str(tasks),
            "--output-dir", str(out), *extra]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -10,11 +10,11 @@ import uuid
 
 import docker.errors
 import pytest
-
 from swefleet.envs import containers, reaper
 from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.farm import DockerFarm
 from swefleet.envs.protocol import DiskBudgetExceeded, InfraError
+
 from swefleet.types import EpisodeStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -102,6 +102,7 @@ async def test_episode_ends_limit_disk_scored_zero_not_infra(client, tok, envs_t
     from swefleet.agents.scripted import ScriptedModel
     from swefleet.orchestrator.advantages import is_scored
     from swefleet.orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
+
     from swefleet.types import NON_SCORABLE
 
     task = envs_tiny_task.model_copy(update={"sandbox": BUDGET})

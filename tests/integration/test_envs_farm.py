@@ -10,7 +10,6 @@ import time
 import uuid
 
 import pytest
-
 from swefleet.envs import containers, reaper
 from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.farm import DockerFarm

@@ -13,11 +13,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs.config import GradingConfig
 from swefleet.envs.gradelog import regrade_from_log
 from swefleet.envs.grading import DockerGrader, grade_many
 from swefleet.envs.tasks import load_tasks, prepare_task_images, resolve_source_dir, source_patch_of
+
 from swefleet.types import GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,6 @@ def containers_of_run() -> list[str]:
 def bundled_tasks() -> list[Task]:
     """The quickstart tasks with their images built (skips without Docker or base image)."""
     import docker.errors
-
     from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
 
     try:

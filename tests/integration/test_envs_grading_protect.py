@@ -7,10 +7,10 @@ is still graded. The bundled quickstart task `textkit__textkit-1` is the target.
 from __future__ import annotations
 
 import pytest
-
 from swefleet.envs.config import GradingConfig
 from swefleet.envs.gradelog import reward_of
 from swefleet.envs.grading import DockerGrader
+
 from swefleet.types import GradeStatus, Task
 from tests.integration.test_envs_grading_docker import (
     RUN_ID,

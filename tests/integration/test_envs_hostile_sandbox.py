@@ -10,7 +10,6 @@ import uuid
 
 import pytest
 import pytest_asyncio
-
 from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.protocol import DiskBudgetExceeded, RepositoryBroken
 from swefleet.envs.sandbox import DockerSandbox, PatchTooLarge

@@ -8,7 +8,6 @@ import subprocess
 import uuid
 
 import pytest
-
 from swefleet.envs.tasks import TaskFileError, load_tasks, prepare_task_images
 
 pytestmark = pytest.mark.integration

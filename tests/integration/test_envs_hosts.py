@@ -15,12 +15,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs import reaper
 from swefleet.envs.config import DockerHost, FarmConfig, SandboxLimits
 from swefleet.envs.farm import DockerFarm
 from swefleet.envs.grading import DockerGrader
 from swefleet.envs.hosts import HostSet
+
 from swefleet.types import EpisodeStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]

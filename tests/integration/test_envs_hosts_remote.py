@@ -18,12 +18,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs import reaper
 from swefleet.envs.config import DockerHost, FarmConfig
 from swefleet.envs.farm import DockerFarm
 from swefleet.envs.grading import DockerGrader
 from swefleet.envs.hosts import Host, HostSet
+
 from swefleet.types import EpisodeStatus
 from tests.integration.test_envs_hosts import LIMITS, LOCAL_URL, _engine, _episodes
 

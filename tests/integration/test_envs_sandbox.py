@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 import pytest_asyncio
-
 from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.protocol import InfraError
 from swefleet.envs.sandbox import ContainerDied, DockerSandbox

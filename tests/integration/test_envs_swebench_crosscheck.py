@@ -15,10 +15,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs.gradelog import eval_type_of, parser_key, swebench_harness
 from swefleet.envs.grading import DockerGrader, grade_many
 from swefleet.envs.tasks import load_tasks, prepare_task_images
+
 from swefleet.types import GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,6 @@ PYPI = DATA / "pypi" / "tasks.jsonl"
 def bundled() -> list[Task]:
     """The quickstart tasks and the pypi sample, with their images (skips without Docker)."""
     import docker.errors
-
     from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
 
     try:

@@ -32,7 +32,7 @@ def ready():
 
 
 def swefleet(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "swefleet.cli", *args], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "swefleet", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc

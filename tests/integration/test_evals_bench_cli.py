@@ -15,7 +15,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _swefleet(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "swefleet.cli", *args], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "swefleet", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
@@ -65,8 +65,8 @@ def test_report_eval_via_cli(tmp_path):
 def test_cli_help_and_imports_stay_light():
     proc = _swefleet("report", "--help")
     assert "compare" in proc.stdout
-    code = ("import sys, swefleet.cli, evals.bench, evals.report_cli, evals.compare, "
-            "evals.bench_report; bad = [m for m in ('matplotlib', 'torch', 'docker') "
+    code = ("import sys, swefleet.app.cli, swefleet.app.bench, swefleet.app.report, "
+            "swefleet.evals.compare, swefleet.evals.bench_report; bad = [m for m in ('matplotlib', 'torch', 'docker') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, check=False)

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from swefleet.evals.stats import wilson_interval
 
 pytestmark = pytest.mark.integration
@@ -18,7 +17,7 @@ TASKS = REPO / "envs/data/quickstart/tasks.jsonl"
 
 
 def _eval(out: Path, agent: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "swefleet.cli", "eval", "--agent", agent, "--tasks", str(TASKS),
+    return [sys.executable, "-m", "swefleet", "eval", "--agent", agent, "--tasks", str(TASKS),
             "--split", "heldout", "--output-dir", str(out), *extra]
 
 

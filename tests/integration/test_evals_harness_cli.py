@@ -16,7 +16,7 @@ TASKS = REPO / "envs/data/quickstart/tasks.jsonl"
 
 
 def _swefleet(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swefleet.cli", *argv], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "swefleet", *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -124,6 +124,7 @@ def test_export_to_mini_swe_agent(oracle_run, tmp_path):
     from swefleet.agents.chat import ChatML
     from swefleet.agents.export import write_trajectory
     from swefleet.agents.tokenizer import Tokenizer
+
     from swefleet.tinymodel import train_tokenizer
     from swefleet.types import EpisodeStatus, Trajectory, Turn
 

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.launch import start_configured_server
 from swefleet.inference.testing import tiny_checkpoint
@@ -42,7 +41,7 @@ def _eval(
     argv = [
         sys.executable,
         "-m",
-        "swefleet.cli",
+        "swefleet",
         "eval",
         "--tasks",
         str(TASKS),

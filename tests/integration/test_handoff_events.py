@@ -10,16 +10,16 @@ import time
 
 import numpy as np
 import pytest
-
 import swefleet.orchestrator.loop as loop_mod
 import swefleet.trainer.main as trainer_main
 from swefleet.orchestrator.config import OrchestratorConfig
 from swefleet.orchestrator.loop import RLLoop, RunAborted
+from swefleet.trainer.config import TrainerConfig
+
 from swefleet.batch import batch_path, pack_samples, write_batch
 from swefleet.filewatch import FileWatch
 from swefleet.rundir import RunDir
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
-from swefleet.trainer.config import TrainerConfig
 
 pytestmark = pytest.mark.integration
 TASKS = [Task(instance_id=f"t{i}", repo="x/x", problem_statement="p") for i in range(3)]

@@ -9,7 +9,6 @@ import time
 import httpx
 import pytest
 import torch
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server

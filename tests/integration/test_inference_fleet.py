@@ -8,7 +8,6 @@ import time
 
 import httpx
 import pytest
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient, WeightUpdateError
 from swefleet.inference.launch import start_scripted_server

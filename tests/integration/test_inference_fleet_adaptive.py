@@ -8,7 +8,6 @@ import asyncio
 
 import httpx
 import pytest
-
 from swefleet.inference.config import ConcurrencyConfig, InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_scripted_server

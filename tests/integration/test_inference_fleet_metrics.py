@@ -7,7 +7,6 @@ import asyncio
 import sys
 
 import pytest
-
 from swefleet.inference.config import ConcurrencyConfig, InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_server

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from swefleet.inference.launch import start_scripted_server
 
 pytestmark = pytest.mark.integration
@@ -34,7 +33,7 @@ def rl_config(toy_rl_config):
 
 
 def run_cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swefleet.cli", *argv], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "swefleet", *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

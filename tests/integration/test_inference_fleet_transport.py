@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.protocol import CancelReason, RequestCancelled

@@ -6,7 +6,6 @@ marks the server down."""
 from __future__ import annotations
 
 import pytest
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.protocol import CancelReason, RequestCancelled

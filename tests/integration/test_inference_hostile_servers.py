@@ -7,7 +7,6 @@ import time
 
 import httpx
 import pytest
-
 from swefleet.inference.launch import start_scripted_server
 from swefleet.inference.scripted_server import MAX_MODEL_LEN
 

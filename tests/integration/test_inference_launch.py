@@ -8,7 +8,6 @@ import time
 
 import httpx
 import pytest
-
 from swefleet.inference.launch import ServerStartError, start_scripted_server, start_server
 
 pytestmark = pytest.mark.integration

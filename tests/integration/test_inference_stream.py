@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server, start_scripted_server

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.fleet_launch import ServerFleet
 from swefleet.inference.supervisor import NoServersLeft, Supervisor
 from swefleet.inference.testing import perturbed_checkpoint
-from swefleet.config import RunConfig
-from swefleet.topology import resolve_topology
+
+from swefleet.app.config import RunConfig
+from swefleet.app.topology import resolve_topology
 
 pytestmark = pytest.mark.integration
 PROMPT = [11, 42, 7, 99]

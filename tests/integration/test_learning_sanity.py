@@ -19,7 +19,7 @@ def _jsonl(path: Path) -> list[dict]:
 def test_reward_rises_from_chance_and_mismatch_stays_small(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "swefleet.cli", "rl", "--config",
+        [sys.executable, "-m", "swefleet", "rl", "--config",
          str(REPO / "configs/learning_sanity.toml"), "--output-dir", str(out),
          "--set", "orchestrator.sinks.tensorboard=true"],
         cwd=REPO, capture_output=True, text=True, timeout=900, check=False,

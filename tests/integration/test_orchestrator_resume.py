@@ -21,7 +21,7 @@ STEPS = 6
 
 
 def _cmd(out: Path) -> list[str]:
-    return [sys.executable, "-m", "swefleet.cli", "rl", "--config",
+    return [sys.executable, "-m", "swefleet", "rl", "--config",
             str(REPO / "configs/learning_sanity.toml"), "--output-dir", str(out),
             "--set", f"orchestrator.steps={STEPS}", "--set", "orchestrator.groups_per_step=2",
             "--set", "orchestrator.keep_weights=0"]  # every published version stays: checked below

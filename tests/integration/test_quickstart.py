@@ -26,7 +26,7 @@ def _swefleet_containers(owner_pid: int) -> list[str]:
 
 
 def _rl_cmd(out: Path, *overrides: str) -> list[str]:
-    cmd = [sys.executable, "-m", "swefleet.cli", "rl", "--config",
+    cmd = [sys.executable, "-m", "swefleet", "rl", "--config",
            str(REPO / "configs/quickstart.toml"), "--output-dir", str(out)]
     for o in overrides:
         cmd += ["--set", o]

@@ -30,7 +30,7 @@ def _rl(out: Path, model: Path, steps: int) -> subprocess.Popen:
     sets = [f"orchestrator.steps={steps}", "orchestrator.groups_per_step=2",
             "orchestrator.rollouts_per_task=4", "trainer.ranks=2",
             "trainer.export_shard_mb=0.2", f'model.path="{model}"']  # fmt: skip
-    cmd = [sys.executable, "-m", "swefleet.cli", "rl", "--config",
+    cmd = [sys.executable, "-m", "swefleet", "rl", "--config",
            str(REPO / "configs/learning_sanity.toml"), "--output-dir", str(out)]  # fmt: skip
     for s in sets:
         cmd += ["--set", s]
@@ -188,12 +188,13 @@ def test_sigkill_of_torchrun_kills_its_ranks(tmp_path):
 def test_a_failing_rank_is_reported_with_its_error(tmp_path):
     """`trainer_problem` on a torchrun trainer whose ranks fail: the exit and the rank's error."""
     from swefleet.orchestrator.trainer_proc import start_trainer, stop_trainer, trainer_problem
-    from swefleet.config import RunConfig
+    from swefleet.trainer.config import TrainerConfig
+
     from swefleet.rundir import RunDir
 
     run_dir = RunDir(tmp_path / "run")
-    cfg = RunConfig.model_validate({"trainer": {"ranks": 2, "device": "cpu"}})
-    proc = start_trainer(cfg, run_dir, tmp_path / "no-such-model")
+    cfg = TrainerConfig.model_validate({"ranks": 2, "device": "cpu"})
+    proc = start_trainer(cfg, 20, run_dir, tmp_path / "no-such-model")
     try:
         proc.wait(timeout=120)
         problem = trainer_problem(proc, run_dir)

@@ -10,11 +10,11 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server
 from swefleet.orchestrator.advantages import trajectory_samples
+
 from swefleet import routed_experts
 from swefleet.batch import pack_samples
 from swefleet.tinymodel import PRESETS, create_tiny_model

@@ -12,7 +12,7 @@ import pytest
 from swefleet.agents.export import read_trajectories
 from swefleet.trainer.sft_data import trajectory_sample
 
-from swefleet.cli import main
+from swefleet.app.cli import main
 from swefleet.rundir import read_jsonl
 from swefleet.types import Task
 

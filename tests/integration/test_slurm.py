@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 
 def _submit(env: dict, config: str, run: Path, *sets: str) -> str:
-    cmd = [sys.executable, "-m", "swefleet.cli", "slurm", "--config", str(REPO / config),
+    cmd = [sys.executable, "-m", "swefleet", "slurm", "--config", str(REPO / config),
            "--output-dir", str(run), "--set", f"slurm.server_port={_free_port()}",
            "--set", f"slurm.rdzv_port={_free_port()}"]  # fmt: skip
     for s in sets:
@@ -179,7 +179,7 @@ def test_scancel_stops_every_role_and_removes_the_containers(slurm_env, tiny, tm
     record = _wait_done(slurm_env, job, 120)
 
     assert record["JobState"] == "CANCELLED", record
-    assert any("swefleet.slurm.roles" in c and " head " in c for c in seen.values()), seen
+    assert any("swefleet.app.slurm.roles" in c and " head " in c for c in seen.values()), seen
     assert any("inference.engine.server" in c for c in seen.values()), seen
     assert any("trainer.main" in c for c in seen.values()), seen
     assert _processes_mentioning(str(run), str(tiny)) == {}

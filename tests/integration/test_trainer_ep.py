@@ -12,6 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from swefleet.trainer.config import TrainerJob
+from swefleet.trainer.main import StopFlag, run
+from swefleet.trainer.replay_check import SHAPES, make_moe_checkpoint
 
 from swefleet import routed_experts
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
@@ -22,9 +25,6 @@ from tests.trainer_ranks import (
     trainer_job,
     trainer_records,
 )
-from swefleet.trainer.config import TrainerJob
-from swefleet.trainer.main import StopFlag, run
-from swefleet.trainer.replay_check import SHAPES, make_moe_checkpoint
 
 pytestmark = pytest.mark.integration
 SHAPE = SHAPES["tiny"]  # 8 experts, top 2, 2 layers, vocab 256

@@ -40,12 +40,11 @@ def _config():
 def _train(model_dir: str, world: int, all_gather: bool = True) -> tuple[list[float], dict]:
     """STEPS float8 steps; (losses, {weight name: (precomputed scale or None, scale of the full
     weight, whether the local shard is torchao's float8 all-gather tensor)})."""
+    from swefleet.trainer.step import build_optimizer, train_step
+    from swefleet.trainer.titan import load_policy
     from torch.distributed.tensor import DTensor
     from torchao.float8.float8_linear import Float8Linear
     from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
-
-    from swefleet.trainer.step import build_optimizer, train_step
-    from swefleet.trainer.titan import load_policy
 
     cfg = _config()
     policy = load_policy(Path(model_dir), torch.device("cpu"), "sdpa", dp_size=world,

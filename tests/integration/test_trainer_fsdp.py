@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from swefleet.trainer.config import TrainerJob
+from swefleet.trainer.main import StopFlag, run
 
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
 from swefleet.tinymodel import create_tiny_model
@@ -19,8 +21,6 @@ from tests.trainer_ranks import (
     trainer_job,
     trainer_records,
 )
-from swefleet.trainer.config import TrainerJob
-from swefleet.trainer.main import StopFlag, run
 
 pytestmark = pytest.mark.integration
 

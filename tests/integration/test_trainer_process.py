@@ -75,10 +75,9 @@ def _random_samples(rng, lengths, vocab=1024):
 
 
 def test_logprobs_match_transformers(sharp):
-    from transformers import AutoModelForCausalLM
-
     from swefleet.trainer.forward import batch_logprobs
     from swefleet.trainer.titan import load_policy
+    from transformers import AutoModelForCausalLM
 
     samples = _random_samples(np.random.default_rng(0), [17, 40, 5, 23])
     arrays = pack_samples(samples)
@@ -95,10 +94,9 @@ def test_logprobs_match_transformers(sharp):
 
 def test_hf_round_trip_is_exact_before_any_step(tiny, tmp_path):
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
-
     from swefleet.trainer.export import export_hf, state_dicts_equal
     from swefleet.trainer.titan import load_policy
+    from transformers import AutoModelForCausalLM
 
     policy = load_policy(tiny, torch.device("cpu"), "sdpa")
     out = export_hf(policy, tmp_path / "weights" / "v000000", {"version": 0})

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from swefleet.trainer.config import TrainerJob
+from swefleet.trainer.main import StopFlag, run
 
 from swefleet.batch import batch_path, pack_samples, weights_path, write_batch
 from swefleet.tinymodel import create_tiny_model
-from swefleet.trainer.config import TrainerJob
-from swefleet.trainer.main import StopFlag, run
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from swefleet.trainer.export import INDEX_FILE, state_dicts_equal
 
 from swefleet.tinymodel import create_tiny_model
 from tests.trainer_ranks import finish, launch_trainer_ranks
-from swefleet.trainer.export import INDEX_FILE, state_dicts_equal
 
 pytestmark = pytest.mark.integration
 SHARD_BYTES = 200_000  # the tiny models are 0.8-1.3 MB in fp32: 4-7 files
@@ -68,9 +68,8 @@ def exported(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 @pytest.mark.parametrize("preset", list(CASES))
 def test_two_rank_sharded_export_round_trips(preset, exported):
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
-
     from swefleet.inference.engine.weights import read_weights
+    from transformers import AutoModelForCausalLM
 
     source, out = exported[preset]
     sharded = out / "sharded"

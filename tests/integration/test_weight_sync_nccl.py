@@ -16,11 +16,11 @@ import threading
 import httpx
 import pytest
 import torch
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient, WeightUpdateError
 from swefleet.inference.launch import start_server
 from swefleet.orchestrator.weight_sync import free_port
+
 from swefleet.weight_transfer import (
     GROUP_FILE,
     BroadcastMarker,
@@ -85,7 +85,6 @@ async def wait_for(path, thread) -> None:
 
 async def test_broadcast_serves_exactly_the_exported_weights(server, policy, tmp_path):
     from safetensors.torch import load_file
-
     from swefleet.trainer.export import export_hf
     from swefleet.trainer.weight_broadcast import WeightBroadcaster
 
@@ -208,7 +207,7 @@ def start_rl(toy_rl_config, tmp_path, steps: int, async_level: int, inference: s
         f"steps = {steps}\nrollouts_per_task = 2\nmax_concurrent_episodes = 4\n"
         f"async_level = {async_level}")
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "swefleet.cli", "rl", "--config", str(config),
+    proc = subprocess.Popen([sys.executable, "-m", "swefleet", "rl", "--config", str(config),
                              "--output-dir", str(out)], cwd=repo, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     return proc, out

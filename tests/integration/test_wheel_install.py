@@ -18,7 +18,7 @@ from tests.wheel_build import build_wheel, foreign_top_level
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 CHECK = """
-import agents, swefleet, swefleet.agents, swefleet.envs, swefleet.cli
+import agents, swefleet, swefleet.agents, swefleet.envs, swefleet.app.cli
 assert agents.__file__ != swefleet.agents.__file__, agents.__file__
 assert hasattr(agents, "Runner"), "`agents` is not openai-agents"
 assert "site-packages" in swefleet.__file__, swefleet.__file__

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from swefleet.agents.chat import ChatML
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.context import compacted_instance, compacted_prompt
@@ -17,6 +16,7 @@ from swefleet.agents.loop import run_episode
 from swefleet.agents.scaffolds import SUBMIT_SENTINEL, make_scaffold
 from swefleet.agents.scripted import ScriptedModel
 from swefleet.agents.tokenizer import Tokenizer
+
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from swefleet.agents.config import AgentConfig, fit_context_budget
 
 pytestmark = pytest.mark.unit

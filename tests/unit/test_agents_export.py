@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import pytest
-
 from swefleet.agents.export import (
     append_trajectories,
     read_trajectories,
@@ -16,6 +15,7 @@ from swefleet.agents.export import (
 )
 from swefleet.agents.scripted import ScriptedModel, ScriptedReply, ScriptExhausted
 from swefleet.inference.protocol import CancelReason, RequestCancelled
+
 from swefleet.types import EpisodeStatus, Trajectory, Turn
 
 pytestmark = pytest.mark.unit

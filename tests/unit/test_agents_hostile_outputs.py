@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.export import append_trajectories, read_trajectories
 from swefleet.agents.loop import run_episode
 from swefleet.agents.scaffolds import SUBMIT_SENTINEL
 from swefleet.agents.scripted import ScriptedModel
+
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

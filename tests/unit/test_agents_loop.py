@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from swefleet.agents.chat import ChatML
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.loop import run_episode
@@ -17,6 +16,7 @@ from swefleet.agents.scaffolds import SUBMIT_SENTINEL, BashScaffold
 from swefleet.agents.scripted import ScriptedModel, ScriptedReply
 from swefleet.envs.protocol import DiskBudgetExceeded, InfraError
 from swefleet.inference.protocol import CancelReason, Completion, RequestCancelled
+
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

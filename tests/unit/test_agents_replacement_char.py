@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.loop import run_episode
 from swefleet.agents.scaffolds import SUBMIT_SENTINEL
 from swefleet.agents.scripted import ScriptedModel, ScriptedReply
+
 from swefleet.types import EpisodeStatus, Task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers
@@ -108,10 +108,9 @@ def test_raw_bytes_agree_with_the_backend_decode(tok):
 
 def test_vocab_without_byte_level_decoder_counts_any_replacement_char(tmp_path):
     """Without a byte-level vocabulary the bytes are unknown: any U+FFFD counts (old rule)."""
+    from swefleet.agents.tokenizer import Tokenizer
     from tokenizers import Tokenizer as Backend
     from tokenizers import models, pre_tokenizers
-
-    from swefleet.agents.tokenizer import Tokenizer
 
     vocab = {"<|im_start|>": 0, "<|im_end|>": 1, "caf": 2, "\ufffd": 3, "ok": 4, "[UNK]": 5}
     backend = Backend(models.WordLevel(vocab, unk_token="[UNK]"))

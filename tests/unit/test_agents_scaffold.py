@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.prompts import PROMPTS_DIR, truncate_middle
 from swefleet.agents.protocol import Action, FormatError
 from swefleet.agents.scaffolds import SUBMIT_SENTINEL, BashScaffold, make_scaffold
 from swefleet.envs.protocol import CommandResult
+
 from swefleet.types import Task
 
 pytestmark = pytest.mark.unit

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from swefleet.agents.chat import ChatML
 from swefleet.agents.tokenizer import Tokenizer
+
 from swefleet.tinymodel import train_tokenizer
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from swefleet.agents.chat import ChatML
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.loop import run_episode
@@ -17,6 +16,7 @@ from swefleet.agents.protocol import Action, FormatError
 from swefleet.agents.scaffolds import ToolScaffold, make_scaffold
 from swefleet.agents.scaffolds.tool_calls import ARGUMENTS, parse_tool_call, tool_schemas
 from swefleet.agents.scripted import ScriptedModel
+
 from swefleet.types import EpisodeStatus, Task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers

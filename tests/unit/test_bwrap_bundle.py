@@ -10,7 +10,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs.bwrap.bundle import import_bundle, main
 from swefleet.envs.bwrap.layers import compress
 from swefleet.envs.bwrap.pack import BundleError, PackWriter, check_parts, open_blob

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from swefleet import __version__
-from swefleet.cli import build_parser, main, subparsers
-from swefleet.config import ModelConfig, check_model_path
+from swefleet.app.cli import build_parser, main, subparsers
+from swefleet.app.config import ModelConfig, check_model_path
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from swefleet.cli import main
-from swefleet.config import RunConfig, load_config
-from swefleet.config_doc import REGENERATE, attribute_docs, markdown, show, undocumented
+from swefleet.app.cli import main
+from swefleet.app.config import RunConfig, load_config
+from swefleet.app.config_doc import REGENERATE, attribute_docs, markdown, show, undocumented
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from swefleet.envs.config import SandboxLimits
 from swefleet.envs.diskwatch import MIB, DiskWatchdog
 

@@ -6,10 +6,10 @@ import asyncio
 import json
 
 import pytest
-
 from swefleet.envs import gradelog as g
 from swefleet.envs import grading
 from swefleet.envs import swebench_io as sio
+
 from swefleet.types import GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.unit

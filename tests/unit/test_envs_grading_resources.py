@@ -7,8 +7,8 @@ import pytest
 from swefleet.envs.backends import make_grader
 from swefleet.envs.config import FarmConfig
 
-from swefleet.cli import main
-from swefleet.config import load_config
+from swefleet.app.cli import main
+from swefleet.app.config import load_config
 
 pytestmark = pytest.mark.unit
 

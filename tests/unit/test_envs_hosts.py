@@ -15,7 +15,6 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 from pydantic import ValidationError
-
 from swefleet.envs.config import DockerHost, FarmConfig
 from swefleet.envs.hosts import (
     Host,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from swefleet.envs.config import FarmConfig, GradingConfig
 from swefleet.envs.patchfiles import split_patch
 from swefleet.envs.protect import drop_protected, matches, pytest_section

@@ -8,7 +8,6 @@ import struct
 import subprocess
 
 import pytest
-
 from swefleet.envs import shell
 
 pytestmark = pytest.mark.unit

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs.gradelog import VERDICT, get_log_parser, regrade_from_log, swebench_harness
 from swefleet.envs.swebench_rows import SETUP_LOG, is_swebench_export
 from swefleet.envs.tasks import TaskFileError, load_tasks
+
 from swefleet.types import GradeStatus, Task
 
 pytestmark = pytest.mark.unit
@@ -153,8 +153,8 @@ def test_detection_by_columns():
 
 
 def test_the_eval_command_loads_the_export(tmp_path):
-    from swefleet.config import load_config
-    from swefleet.orchestrator.run import prepare_tasks
+    from swefleet.app.config import load_config
+    from swefleet.app.rl import prepare_tasks
 
     cfg = load_config("", [f"tasks.path={json.dumps(str(ROWS))}"])
     cfg.tasks.split = None  # as `swefleet eval --tasks` without --split

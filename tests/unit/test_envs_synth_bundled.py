@@ -10,7 +10,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs.gradelog import patch_paths
 from swefleet.envs.synth.build import recipe_path_of
 from swefleet.envs.synth.recipe import load_recipe

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from swefleet.envs.gradelog import END_TEST_OUTPUT, START_TEST_OUTPUT, VERDICT
 from swefleet.envs.synth.derive import decide
 from swefleet.envs.synth.probe import Baseline, judge, well_formed
 from swefleet.envs.synth.validate import check, summary
+
 from swefleet.types import GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.unit

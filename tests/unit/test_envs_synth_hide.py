@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs.synth.hide import hide_tests, split_test_id
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 
 import pytest
-
 from swefleet.envs.synth.mutators import KINDS, Mutation, choose, find_mutations
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs.synth.build import repo_dockerfile, task_dockerfile
 from swefleet.envs.synth.mutators import find_mutations
 from swefleet.envs.synth.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe

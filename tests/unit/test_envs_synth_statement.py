@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from swefleet.envs.synth.failures import failure_blocks, header_of, parse_failure
 from swefleet.envs.synth.mutators import find_mutations
 from swefleet.envs.synth.recipe import Recipe

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from swefleet.envs import tasks as tasks_mod
 from swefleet.envs.tasks import TaskFileError, load_tasks, resolve_source_dir, source_patch_of
 
@@ -306,6 +305,7 @@ def test_image_tags_are_valid_docker_references_for_any_repo(tmp_path, repo, slu
     import re
 
     from swefleet.envs.images import task_image_tag
+
     from swefleet.types import Task
 
     task = Task(instance_id="a__b-1", repo=repo, problem_statement="x")

@@ -3,11 +3,11 @@
 import json
 
 import pytest
-
-from swefleet.evals.bench import write_bench_outputs
 from swefleet.evals.bench_data import find_run_dirs, load_run, step_rows
+from swefleet.evals.bench_outputs import write_bench_outputs
 from swefleet.evals.bench_report import SCHEMA, build_bench_report, config_diff
 from swefleet.evals.steptime import summarize
+
 from tests.unit.evals_bench_fixture import write_bench, write_run
 
 pytestmark = pytest.mark.unit

@@ -5,10 +5,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from swefleet.evals import bench
-from swefleet.evals.bench import BenchRunFailed, rl_command, run_bench, run_subprocess
+from swefleet.evals.bench_outputs import write_bench_outputs
 from swefleet.evals.plots import write_bench_plots, write_eval_plots
+
+from swefleet.app import bench
+from swefleet.app.bench import BenchRunFailed, rl_command, run_bench, run_subprocess
 from tests.unit.evals_bench_fixture import STEP_TIMES, write_bench, write_run
 
 pytestmark = pytest.mark.unit
@@ -17,7 +18,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def test_rl_command_passes_overrides_and_steps_last():
     cmd = rl_command(Path("c.toml"), Path("out/run-0"), 5, ["agent.max_steps=2"])
-    assert cmd[:4] == [sys.executable, "-m", "swefleet.cli", "rl"]
+    assert cmd[:4] == [sys.executable, "-m", "swefleet", "rl"]
     assert cmd[4:] == ["--config", "c.toml", "--output-dir", "out/run-0",
                        "--set", "agent.max_steps=2", "--set", "orchestrator.steps=5"]
 
@@ -59,7 +60,7 @@ def test_incomplete_run_is_moved_aside_and_rerun(tmp_path):
     assert len(fake.calls) == 2
     assert len(list(tmp_path.glob("run-0.incomplete-*"))) == 1
     assert len(list(tmp_path.glob("run-1.incomplete-*"))) == 1
-    assert bench.write_bench_outputs(tmp_path, plots=False)["n_runs"] == 2
+    assert write_bench_outputs(tmp_path, plots=False)["n_runs"] == 2
 
 
 def test_failed_run_raises_with_log(tmp_path):
@@ -88,7 +89,7 @@ def test_bench_cli_handler_writes_report(tmp_path, monkeypatch, capsys):
 
 
 def test_plots_are_png_files(tmp_path):
-    report = bench.write_bench_outputs(write_bench(tmp_path / "b"), plots=False)
+    report = write_bench_outputs(write_bench(tmp_path / "b"), plots=False)
     names = write_bench_plots(report, tmp_path)
     assert names == ["step_time.png", "step_time_hist.png", "phases.png", "success_by_task.png"]
     for name in names:

@@ -3,18 +3,17 @@
 import random
 
 import pytest
-
 from swefleet.evals.steptime import (
     bootstrap_delta_ci,
     coef_var,
     detect_warmup,
-    warmup_band,
     hierarchical_resample,
     mad,
     median,
     percentile,
     stdev,
     summarize,
+    warmup_band,
     warmup_threshold,
 )
 

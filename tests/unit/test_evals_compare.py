@@ -4,13 +4,13 @@ import argparse
 import json
 
 import pytest
-
 from swefleet.evals.bench_data import find_run_dirs, load_run
 from swefleet.evals.bench_report import build_bench_report
 from swefleet.evals.compare import compare_markdown, compare_reports, steady_samples
 from swefleet.evals.report import build_report
-from swefleet.evals.report_cli import report_compare_cli
 from swefleet.evals.stats import bootstrap_task_delta_ci
+
+from swefleet.app.report import report_compare_cli
 from tests.unit.evals_bench_fixture import write_bench
 
 pytestmark = pytest.mark.unit

@@ -2,7 +2,7 @@
 
 import pytest
 
-from swefleet.evals.run import _PatchPolicy, _record
+from swefleet.app.eval import _PatchPolicy, _record
 from swefleet.types import EpisodeStatus, GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.unit
@@ -33,7 +33,7 @@ async def test_oracle_resolves():
 
 
 def test_report_eval_of_a_non_eval_directory_is_a_clear_error(tmp_path, capsys):
-    from swefleet.cli import main
+    from swefleet.app.cli import main
     from swefleet.rundir import append_jsonl
 
     append_jsonl(tmp_path / "episodes.jsonl", {"episode_id": "e", "task_id": "t1",

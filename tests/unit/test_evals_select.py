@@ -1,8 +1,8 @@
 """`swefleet eval` instance selection: --instance-ids, --filter (re.match), --slice."""
 
 import pytest
-
 from swefleet.evals.select import parse_slice, select_tasks
+
 from swefleet.types import Task
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,4 @@
 import pytest
-
 from swefleet.evals.report import build_report, report_markdown
 from swefleet.evals.stats import (
     bootstrap_ci,

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from swefleet.orchestrator.resume import find_resume_point
 from swefleet.orchestrator.retention import prune_weights
-from swefleet.rundir import DURABLE_MARKER, RunDir, is_durable
 from swefleet.trainer import export
 from swefleet.trainer.export import Exporter, export_hf, state_dicts_equal
+
+from swefleet.rundir import DURABLE_MARKER, RunDir, is_durable
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]

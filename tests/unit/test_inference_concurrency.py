@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from swefleet.inference.concurrency import AIMDController, parse_kv_usage
 from swefleet.inference.config import ConcurrencyConfig
 from swefleet.inference.routing import Router, ServerState

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 from pydantic import ValidationError
-
 from swefleet.inference.config import InferenceConfig
-from swefleet.inference.routing import Router, ServerState, percentile
+from swefleet.inference.routing import Router, ServerState
+
 
 pytestmark = pytest.mark.unit
 
@@ -99,16 +99,8 @@ def test_router_probes_soonest_back_when_all_down():
     assert Router(servers, 0).pick("", 0, set(), now=1.0) is servers[1]
 
 
-def test_percentile_nearest_rank():
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 50) == 50.0
-    assert percentile(values, 99) == 99.0
-    assert percentile([], 50) != percentile([], 50)  # NaN
-
-
 def test_sampling_top_p_greedy_and_seeds():
     import torch
-
     from swefleet.inference.engine.sampling import RowParams, make_generator, sample, top_p_filter
 
     cpu = torch.device("cpu")

@@ -7,7 +7,6 @@ import time
 
 import pytest
 import torch
-
 from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
 from swefleet.inference.engine.model import load_model
 from swefleet.inference.engine.weights import read_weights

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from swefleet.inference.engine.fused import FusedLinear, can_fuse
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
 from swefleet.inference.engine.metrics import render
 from swefleet.inference.engine.prefix import PrefixSlots, common_prefix

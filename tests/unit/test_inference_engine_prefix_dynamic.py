@@ -10,7 +10,6 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
 from swefleet.inference.engine.metrics import render
 from swefleet.inference.engine.model import load_model

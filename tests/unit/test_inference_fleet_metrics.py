@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from swefleet.inference.concurrency import kv_usage_of, parse_samples, prefix_cache_of
 from swefleet.inference.routing import PrefixCacheStats, ServerState
 

@@ -1,5 +1,4 @@
 import pytest
-
 from swefleet.inference.idle import IdleClock
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,6 @@ import errno
 import os
 
 import pytest
-
 from swefleet.inference.serving import write_atomic
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import orjson
 import pytest
-
 from swefleet.inference.engine.stream import Detokenizer
 from swefleet.inference.streaming import StreamAssembler, StreamError
 from swefleet.inference.transport import EventStream

@@ -23,7 +23,6 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.disagg import decode_body, prefill_body
 from swefleet.inference.fleet import request_body
@@ -42,6 +41,7 @@ from swefleet.inference.vllm_launch import (
 )
 from swefleet.inference.vllm_worker import SwefleetWorkerExtension
 from swefleet.inference.weight_sync import init_info
+
 from swefleet.weight_transfer import TransferGroup, UpdateInfo, packed_chunks
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,6 @@
 import pytest
-
 from swefleet.orchestrator.advantages import batch_samples, group_advantages, trajectory_samples
+
 from swefleet.types import EpisodeStatus, Trajectory, Turn
 
 pytestmark = pytest.mark.unit

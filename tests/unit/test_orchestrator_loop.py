@@ -4,9 +4,9 @@ import asyncio
 import json
 
 import pytest
-
 from swefleet.orchestrator.config import OrchestratorConfig
 from swefleet.orchestrator.loop import RLLoop, RunAborted
+
 from swefleet.batch import read_batch
 from swefleet.rundir import RunDir
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn

@@ -1,8 +1,8 @@
 """Step metrics on a hand-made batch, against the definitions in docs/metrics.md."""
 
 import pytest
-
 from swefleet.orchestrator.metrics import cost_metrics, rollout_metrics
+
 from swefleet.types import EpisodeStatus, Trajectory, Turn
 
 pytestmark = pytest.mark.unit

@@ -5,10 +5,10 @@ import asyncio
 import json
 
 import pytest
-
 from swefleet.orchestrator.config import OrchestratorConfig
 from swefleet.orchestrator.loop import RLLoop
 from swefleet.orchestrator.resume import find_resume_point
+
 from swefleet.rundir import RunDir
 from swefleet.types import EpisodeStatus, Task, Trajectory, Turn
 

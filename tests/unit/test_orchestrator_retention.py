@@ -1,7 +1,6 @@
 """Published weights beyond the newest few are deleted once a newer version is served."""
 
 import pytest
-
 from swefleet.orchestrator.retention import prune_weights
 
 pytestmark = pytest.mark.unit

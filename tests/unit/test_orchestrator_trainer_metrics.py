@@ -1,8 +1,8 @@
 import json
 
 import pytest
-
 from swefleet.orchestrator.trainer_proc import TrainerMetricsTail
+
 from swefleet.rundir import RunDir
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from swefleet.cli import main
+from swefleet.app.cli import main
 
 pytestmark = pytest.mark.unit
 

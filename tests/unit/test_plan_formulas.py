@@ -2,7 +2,7 @@
 
 import pytest
 
-from swefleet.plan import formulas as f
+from swefleet.app.plan import formulas as f
 
 pytestmark = pytest.mark.unit
 

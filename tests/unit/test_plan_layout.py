@@ -3,9 +3,9 @@ shape whose parameter count is computed by hand."""
 
 import pytest
 
-from swefleet.cli import main
-from swefleet.plan.estimate import model_params, plan
-from swefleet.plan.layout import validate_layout
+from swefleet.app.cli import main
+from swefleet.app.plan.estimate import model_params, plan
+from swefleet.app.plan.layout import validate_layout
 
 pytestmark = pytest.mark.unit
 

@@ -39,8 +39,8 @@ def test_gpu_layout_takes_the_device_facts_and_the_workload():
 
 
 def test_the_default_layout_file_plans_as_it_is():
-    from swefleet.plan.estimate import plan
-    from swefleet.plan.layout import load_layout
+    from swefleet.app.plan.estimate import plan
+    from swefleet.app.plan.layout import load_layout
 
     p = plan(load_layout(DEFAULT_LAYOUT))
     assert p["gpus"] == {"inference": 1, "trainer": 1, "idle": 0, "total": 1}

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-
 from swefleet.orchestrator.advantages import batch_samples, trajectory_samples
+
 from swefleet import routed_experts
 from swefleet.batch import pack_samples, read_batch, validate_batch, write_batch
 from swefleet.types import EpisodeStatus, Trajectory, Turn

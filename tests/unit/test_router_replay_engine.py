@@ -8,12 +8,12 @@ import threading
 import numpy as np
 import pytest
 import torch
-
 from swefleet.inference.engine.core import Engine, GenerationResult, SamplingParams
 from swefleet.inference.engine.experts import RoutingCapture, _split_prefill
 from swefleet.inference.engine.model import load_model
-from swefleet import routed_experts
 from swefleet.trainer.replay_check import SHAPES, make_moe_checkpoint
+
+from swefleet import routed_experts
 
 pytestmark = pytest.mark.unit
 SHAPE = SHAPES["tiny"]

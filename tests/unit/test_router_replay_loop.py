@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.loop import run_episode
 from swefleet.agents.scaffolds import SUBMIT_SENTINEL
 from swefleet.agents.scripted import ScriptedModel
 from swefleet.orchestrator.advantages import trajectory_samples
+
 from swefleet import routed_experts
 from swefleet.types import EpisodeStatus, Task, Trajectory
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from swefleet import routed_experts
 from swefleet.trainer.config import TrainerConfig
 from swefleet.trainer.replay_check import (
     SHAPES,
@@ -18,6 +16,8 @@ from swefleet.trainer.replay_check import (
 )
 from swefleet.trainer.step import build_optimizer, train_step
 from swefleet.trainer.titan import load_policy
+
+from swefleet import routed_experts
 
 pytestmark = pytest.mark.unit
 SHAPE = SHAPES["tiny"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from swefleet.cli import main
-from swefleet.slurm.layout import head_config, server_places
-from swefleet.slurm.submit import job_config
+from swefleet.app.cli import main
+from swefleet.app.slurm.layout import head_config, server_places
+from swefleet.app.slurm.submit import job_config
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ def test_submit_writes_the_job_and_its_config(capsys, monkeypatch, tmp_path):
     assert "submitted batch job 42" in capsys.readouterr().out
     assert (tmp_path / "args").read_text().split() == ["--parsable", str(run / "slurm/job.sbatch")]
     assert (run / "slurm/job_id").read_text() == "42\n" and (run / "logs").is_dir()
-    from swefleet.slurm.roles import load_run_config
+    from swefleet.app.slurm.roles import load_run_config
 
     cfg = load_run_config(run / "slurm/run_config.json")
     assert cfg.output_dir == str(run) and cfg.model.path == str(run / "model")
@@ -149,7 +149,7 @@ def test_submit_writes_the_job_and_its_config(capsys, monkeypatch, tmp_path):
 
 
 def test_embedded_server_command_binds_its_host_and_port():
-    from swefleet.slurm.roles import _embedded_command
+    from swefleet.app.slurm.roles import _embedded_command
 
     cfg = job_config(CPU, ["slurm.server_port=9100", "inference.num_servers=2"], None, "/r")
     place = server_places(cfg)[1]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from swefleet.cli import main
-from swefleet.config import load_config
+from swefleet.app.cli import main
+from swefleet.app.config import load_config
 
 pytestmark = pytest.mark.unit
 

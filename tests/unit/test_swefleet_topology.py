@@ -1,10 +1,9 @@
-"""Inference topology from one config (`swefleet.topology`, `InferenceConfig`): what each role
+"""Inference topology from one config (`swefleet.app.topology`, `InferenceConfig`): what each role
 gets, and every setting that cannot take effect is a one-line config error."""
 
 from __future__ import annotations
 
 import pytest
-
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.vllm_launch import (
     LAUNCH_ENV_DEFAULTS,
@@ -14,9 +13,10 @@ from swefleet.inference.vllm_launch import (
     missing_executable,
     serve_command,
 )
-from swefleet.cli import build_parser, main
-from swefleet.config import RunConfig, load_config
-from swefleet.topology import resolve_topology
+
+from swefleet.app.cli import build_parser, main
+from swefleet.app.config import RunConfig, load_config
+from swefleet.app.topology import resolve_topology
 
 pytestmark = pytest.mark.unit
 

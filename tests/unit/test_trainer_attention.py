@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 from pydantic import ValidationError
-
-from swefleet.tinymodel import create_tiny_model
 from swefleet.trainer import titan
 from swefleet.trainer.attention import document_block_mask, document_causal_mask_mod, document_ids
 from swefleet.trainer.config import TrainerConfig
+
+from swefleet.tinymodel import create_tiny_model
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 from pydantic import ValidationError
-
 from swefleet.trainer import titan
 from swefleet.trainer.config import TrainerConfig
 

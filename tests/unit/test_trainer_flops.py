@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from benchmarks.shapes import QWEN3_SHAPES
 from swefleet.trainer.flops import matmul_params, peak_flops, step_flops, titan_step_flops
 from swefleet.trainer.step import rank_sample_range
+
+from benchmarks.shapes import QWEN3_SHAPES
 
 pytestmark = pytest.mark.unit
 

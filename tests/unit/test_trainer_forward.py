@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
-
-from swefleet.batch import pack_samples
 from swefleet.trainer.config import TrainerConfig
 from swefleet.trainer.forward import build_micro_batch, split_samples
 from swefleet.trainer.main import parse_job
+
+from swefleet.batch import pack_samples
 
 pytestmark = pytest.mark.unit
 

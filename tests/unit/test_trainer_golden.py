@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from swefleet.batch import pack_samples
 from swefleet.trainer.config import TrainerConfig
 from swefleet.trainer.step import build_optimizer, train_step
 from swefleet.trainer.titan import load_policy
+
+from swefleet.batch import pack_samples
 
 pytestmark = pytest.mark.unit
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "trainer_golden.json"

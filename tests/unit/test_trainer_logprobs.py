@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from swefleet.trainer.logprobs import token_logprobs
 
 pytestmark = pytest.mark.unit

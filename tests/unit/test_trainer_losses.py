@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-
 from swefleet.trainer.logprobs import token_logprobs
 from swefleet.trainer.losses import cispo_loss, dapo_loss, mismatch_kl, policy_loss
 

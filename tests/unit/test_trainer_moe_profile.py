@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from swefleet.trainer.moe_profile import PHASES, MoEPhaseTimer
 from swefleet.trainer.titan import load_policy, policy_logprobs
 

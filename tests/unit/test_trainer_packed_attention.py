@@ -8,7 +8,6 @@ from itertools import pairwise
 import numpy as np
 import pytest
 import torch
-
 from swefleet.trainer.packed_attention import HostBoundaries, PackedCudnnAttention, plan_segments
 
 pytestmark = pytest.mark.unit
@@ -57,9 +56,8 @@ def test_host_boundaries_survive_fsdps_input_move():
     """FSDP2's root forward moves the model's inputs with `torch.distributed.utils._to_kwargs`
     (namedtuple fields included): the cudnn metadata's host boundaries must stay on the CPU
     while the varlen boundaries move. Moved to `meta` here (no GPU in CI)."""
-    from torch.distributed.utils import _to_kwargs
-
     from swefleet.trainer.titan import packed_attention_masks
+    from torch.distributed.utils import _to_kwargs
 
     cu = torch.tensor([0, 3, 8], dtype=torch.int32)
     masks = packed_attention_masks("cudnn", cu, 5, 8)

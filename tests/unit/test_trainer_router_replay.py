@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from swefleet.batch import pack_samples
 from swefleet.trainer import router_replay
 from swefleet.trainer.config import TrainerConfig
 from swefleet.trainer.forward import batch_logprobs
 from swefleet.trainer.step import build_optimizer, train_step
 from swefleet.trainer.titan import load_policy, policy_logprobs
+
+from swefleet.batch import pack_samples
 
 pytestmark = pytest.mark.unit
 N_EXPERTS, TOP_K, LAYERS = 8, 2, 2
@@ -64,9 +64,8 @@ def _logp(policy, x):
 
 def test_moe_logprobs_match_transformers_and_export_round_trips(moe, tmp_path):
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
-
     from swefleet.trainer.export import export_hf, state_dicts_equal
+    from transformers import AutoModelForCausalLM
 
     x = _tokens()
     hf = AutoModelForCausalLM.from_pretrained(moe, dtype=torch.float32)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from swefleet.orchestrator.trainer_proc import trainer_command, trainer_env
-from swefleet.config import load_config
 from swefleet.trainer.config import TrainerConfig
 from swefleet.trainer.export import plan_shards, shard_names
+
+from swefleet.app.config import load_config
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from swefleet.orchestrator.weight_sync import current_group, new_group_epoch, regroup_after_restart
+from swefleet.trainer.config import TrainerJob
+from swefleet.trainer.weight_broadcast import WeightBroadcaster
+
 from swefleet.rundir import RunDir, write_json_atomic
 from swefleet.weight_transfer import (
     BroadcastMarker,
@@ -16,8 +18,6 @@ from swefleet.weight_transfer import (
     marker_path,
     read_marker,
 )
-from swefleet.trainer.config import TrainerJob
-from swefleet.trainer.weight_broadcast import WeightBroadcaster
 
 pytestmark = pytest.mark.unit
 

@@ -24,7 +24,7 @@ def test_wheel_holds_every_room_its_data_and_the_entry_point(wheel):
     names = set(wheel_names(wheel))
     for room in ROOMS:
         assert f"swefleet/{room}/__init__.py" in names, room
-    assert "swefleet/cli.py" in names and "swefleet/config_doc.py" in names
+    assert "swefleet/app/cli.py" in names and "swefleet/app/config_doc.py" in names
     assert "swefleet/envs/data/quickstart/tasks.jsonl" in names  # package data
     assert not [n for n in names if "__pycache__" in n or n.startswith("swefleet/tests/")]
-    assert "swefleet = swefleet.cli:main" in wheel_text(wheel, ".dist-info/entry_points.txt")
+    assert "swefleet = swefleet.app.cli:main" in wheel_text(wheel, ".dist-info/entry_points.txt")

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swefleet.rundir import RunDir, read_jsonl, write_json_atomic
 
 if TYPE_CHECKING:
-    from swefleet.config import RunConfig
+    from swefleet.app.config import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class SFTConfig(BaseModel):
 
 def run_sft(cfg: RunConfig, sft_dir: Path) -> Path:
     """Fine-tune `cfg`'s model for `cfg.sft.steps` steps in `sft_dir`; returns the checkpoint."""
-    from swefleet.orchestrator.run import prepare_model
+    from swefleet.app.rl import prepare_model
 
     if cfg.sft.steps < 1:
         raise ValueError("sft.steps: must be at least 1 to fine-tune")
@@ -113,7 +113,7 @@ def oracle_episodes(cfg: RunConfig, path: Path, tokenizer) -> list:
 
     if path.exists():
         return read_trajectories(path)
-    from swefleet.orchestrator.run import prepare_tasks
+    from swefleet.app.rl import prepare_tasks
 
     tasks = prepare_tasks(cfg)
     trajs = asyncio.run(_oracle(cfg, tasks, tokenizer))
@@ -242,7 +242,7 @@ def sft_losses(sft_dir: Path) -> list[float]:
 
 def sft_cli(args: argparse.Namespace) -> int:
     """`swefleet sft --config FILE`: fine-tune and print the checkpoint."""
-    from swefleet.config import load_config
+    from swefleet.app.config import load_config
     from swefleet.rundir import default_output_dir
 
     cfg = load_config(args.config, args.set)

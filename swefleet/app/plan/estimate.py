@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from swefleet.plan import formulas as f
-from swefleet.plan.layout import Layout, ModelShape
+from swefleet.app.plan import formulas as f
+from swefleet.app.plan.layout import Layout, ModelShape
 
 
 def model_params(m: ModelShape) -> dict[str, float]:

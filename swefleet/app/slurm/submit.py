@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swefleet.slurm.layout import check_layout, head_config
-from swefleet.slurm.script import RUN_CONFIG, render_script
+from swefleet.app.slurm.layout import check_layout, head_config
+from swefleet.app.slurm.script import RUN_CONFIG, render_script
 
 if TYPE_CHECKING:
-    from swefleet.config import RunConfig
+    from swefleet.app.config import RunConfig
 
 
 def slurm_cli(args: argparse.Namespace) -> int:
@@ -39,7 +39,7 @@ def slurm_cli(args: argparse.Namespace) -> int:
 def job_config(path: str, overrides: list[str], nodes: int | None, output_dir: str) -> RunConfig:
     """The run config of the job: the run directory absolute, the starting model placed in it
     (every node reads the same one), `--nodes` applied, the layout checked."""
-    from swefleet.config import check_model_path, load_config
+    from swefleet.app.config import check_model_path, load_config
     from swefleet.rundir import default_output_dir
 
     cfg = load_config(path, overrides, topology=False)

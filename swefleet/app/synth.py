@@ -49,13 +49,12 @@ def generate_cli(args: argparse.Namespace) -> int:
 
 
 def validate_cli(args: argparse.Namespace) -> int:
+    from swefleet.app.config import load_config
     from swefleet.envs.backends import make_grader
     from swefleet.envs.images import build_base_image
     from swefleet.envs.reaper import remove_run_containers
     from swefleet.envs.synth.validate import summary, validate_tasks
     from swefleet.envs.tasks import load_tasks, prepare_task_images
-
-    from swefleet.config import load_config
 
     started = time.monotonic()
     cfg = load_config(getattr(args, "config", ""), getattr(args, "set", []))  # bad: exit 2

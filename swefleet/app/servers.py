@@ -10,12 +10,12 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swefleet.topology import resolve_topology
+from swefleet.app.topology import resolve_topology
 
 if TYPE_CHECKING:
+    from swefleet.app.config import RunConfig
     from swefleet.inference.fleet import FleetClient
     from swefleet.inference.supervisor import Supervisor
-    from swefleet.config import RunConfig
     from swefleet.rundir import RunDir
 
 

@@ -1,7 +1,7 @@
 """`swefleet rl`: wire the rooms together for one run and clean up whatever happens.
 
 Order: run dir + resolved config -> images -> tasks -> model -> inference fleet (the topology's
-servers, supervised: `swefleet/servers.py`) -> trainer process -> farm/grader -> RL loop ->
+servers, supervised: `swefleet/app/servers.py`) -> trainer process -> farm/grader -> RL loop ->
 summary. On Ctrl-C, a crash or normal exit: in-flight episodes are cancelled, the run's
 containers removed (environment `swe`), the servers and trainer stopped.
 """
@@ -15,14 +15,14 @@ import time
 import uuid
 from pathlib import Path
 
-from swefleet.config import RunConfig, check_model_path
+from swefleet.app.config import RunConfig, check_model_path
 from swefleet.rundir import RunDir, default_output_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 
 def run_rl(cfg: RunConfig) -> int:
-    from swefleet.servers import check_launchable
+    from swefleet.app.servers import check_launchable
 
     check_launchable(cfg)  # a missing vLLM fails before the run directory and the model exist
     out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)
@@ -88,6 +88,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
 
     from swefleet.agents.config import fit_context_budget
     from swefleet.agents.tokenizer import Tokenizer
+    from swefleet.app.servers import open_fleet
     from swefleet.orchestrator.loop import RLLoop
     from swefleet.orchestrator.resume import find_resume_point, settle_unfinished
     from swefleet.orchestrator.summary import print_step, print_summary
@@ -98,7 +99,6 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         trainer_problem,
     )
     from swefleet.orchestrator.weight_sync import weight_sync_job
-    from swefleet.servers import open_fleet
     from swefleet.sinks import MetricSinks
 
     t0 = time.monotonic()
@@ -122,8 +122,9 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         if resume.version >= cfg.orchestrator.steps:
             log.info("all %d steps are done in %s", cfg.orchestrator.steps, run_dir.root)
             return 0
-        trainer = start_trainer(cfg, run_dir, model_dir,
-                                await weight_sync_job(cfg, fleet, run_dir))
+        trainer = start_trainer(cfg.trainer, cfg.orchestrator.steps, run_dir, model_dir,
+                                await weight_sync_job(cfg.inference, cfg.trainer.device,
+                                                      fleet, run_dir))
         stack.callback(stop_trainer, trainer)
         trainer_metrics = TrainerMetricsTail(run_dir)
         if resume.version:

@@ -11,7 +11,7 @@ from swefleet.rundir import read_jsonl, write_json_atomic
 
 
 def report_bench_cli(args: argparse.Namespace) -> int:
-    from swefleet.evals.bench import write_bench_outputs
+    from swefleet.evals.bench_outputs import write_bench_outputs
 
     root = Path(args.dir)
     write_bench_outputs(root, plots=not args.no_plots)

@@ -1,6 +1,6 @@
 """The config reference, generated from the config classes' field docstrings.
 
-`python -m swefleet.config_doc > docs/config.md` writes the reference (a unit test checks that
+`python -m swefleet.app.config_doc > docs/config.md` writes the reference (a unit test checks that
 the checked-in file is current); `swefleet config show [--config X]` prints a loaded config as
 TOML with each field's doc as a comment above it. Only pydantic and the config modules are
 imported here.
@@ -22,7 +22,7 @@ from functools import cache
 
 from pydantic import BaseModel
 
-REGENERATE = "python -m swefleet.config_doc > docs/config.md"
+REGENERATE = "python -m swefleet.app.config_doc > docs/config.md"
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def undocumented(cls: type[BaseModel], prefix: str = "") -> Iterator[str]:
 def markdown(root: type[BaseModel] | None = None) -> str:
     """The whole reference as Markdown: one heading per section, one entry per field."""
     if root is None:
-        from swefleet.config import RunConfig
+        from swefleet.app.config import RunConfig
 
         root = RunConfig
     lines = [
@@ -256,7 +256,7 @@ def _toml_value(value) -> str:
 
 def show_cli(args) -> int:
     """`swefleet config show`: the merged config (file + `--set`) with each field's doc."""
-    from swefleet.config import load_config
+    from swefleet.app.config import load_config
 
     cfg = load_config(args.config or "", args.set, topology=False)
     sys.stdout.write(show(cfg))

@@ -13,12 +13,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swefleet.agents.config import AgentConfig
-from swefleet.demo import FinalEvalConfig
+from swefleet.app.demo import FinalEvalConfig
+from swefleet.app.sft import SFTConfig
+from swefleet.app.slurm.config import SlurmConfig
 from swefleet.envs.config import FarmConfig
 from swefleet.inference.config import InferenceConfig
 from swefleet.orchestrator.config import OrchestratorConfig, ToyConfig
-from swefleet.sft import SFTConfig
-from swefleet.slurm.config import SlurmConfig
 from swefleet.trainer.config import TrainerConfig
 
 
@@ -103,10 +103,10 @@ def load_config(
     """Load a TOML config (empty `path`: the defaults); `overrides` are `section.key=value`
     strings (TOML values); `servers` (`--server URL`, repeatable) replace `inference.servers`
     and make the fleet external. Bad input (unreadable file, invalid UTF-8 or TOML, a bad
-    override, a field that does not validate, roles that collide: `swefleet.topology`) raises
+    override, a field that does not validate, roles that collide: `swefleet.app.topology`) raises
     ValueError with one line that names the file and the field. `topology=False` skips the
     roles' placement check (`swefleet slurm` checks each node's roles)."""
-    from swefleet.topology import resolve_topology
+    from swefleet.app.topology import resolve_topology
 
     data = _read_toml(Path(path)) if path else {}
     path = path or "(defaults)"

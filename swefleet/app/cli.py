@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 
 def _rl(args: argparse.Namespace) -> int:
-    from swefleet.config import check_model_path, load_config
-    from swefleet.orchestrator.run import run_rl
+    from swefleet.app.config import check_model_path, load_config
+    from swefleet.app.rl import run_rl
 
     cfg = load_config(args.config, args.set, servers=args.server)
     check_model_path(cfg.model)
@@ -20,19 +21,19 @@ def _rl(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from swefleet.evals.run import run_eval_cli
+    from swefleet.app.eval import run_eval_cli
 
     return run_eval_cli(args)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from swefleet.evals.bench import run_bench_cli
+    from swefleet.app.bench import run_bench_cli
 
     return run_bench_cli(args)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from swefleet.evals import report_cli
+    from swefleet.app import report as report_cli
 
     handler = {"bench": report_cli.report_bench_cli, "eval": report_cli.report_eval_cli,
                "compare": report_cli.report_compare_cli}[args.report_cmd]
@@ -51,19 +52,19 @@ def _images(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    from swefleet.envs.synth import cli
+    from swefleet.app import synth as cli
 
     return {"generate": cli.generate_cli, "validate": cli.validate_cli}[args.tasks_cmd](args)
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from swefleet.plan.cli import plan_cli
+    from swefleet.app.plan.cli import plan_cli
 
     return plan_cli(args)
 
 
 def _slurm(args: argparse.Namespace) -> int:
-    from swefleet.slurm.submit import slurm_cli
+    from swefleet.app.slurm.submit import slurm_cli
 
     return slurm_cli(args)
 
@@ -80,7 +81,7 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
-    from swefleet.config_doc import show_cli
+    from swefleet.app.config_doc import show_cli
 
     return show_cli(args)
 
@@ -104,14 +105,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _export(args: argparse.Namespace) -> int:
-    from swefleet.evals.export import export_cli
+    from swefleet.evals.export import export_mini_swe_agent
 
-    return export_cli(args)
+    dest = export_mini_swe_agent(Path(args.dir), Path(args.out) if args.out else None,
+                                 tokenizer_dir=args.tokenizer)
+    print(f"wrote {dest}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     from swefleet import __version__
-    from swefleet.evals.cli_args import add_eval_harness_args, add_export_parser
+    from swefleet.app.eval_args import add_eval_harness_args, add_export_parser
 
     p = _Parser(prog="swefleet", description="Train and evaluate coding agents on long, "
                 "multi-turn software-engineering episodes.")
@@ -324,13 +328,13 @@ def _add_examples(p: argparse.ArgumentParser) -> None:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from swefleet.sft import sft_cli
+    from swefleet.app.sft import sft_cli
 
     return sft_cli(args)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from swefleet.demo import demo_cli
+    from swefleet.app.demo import demo_cli
 
     return demo_cli(args)
 
@@ -339,7 +343,7 @@ def _add_sft_parsers(sub) -> None:
     sf = sub.add_parser("sft", help="supervised fine-tuning on agent trajectories",
                         description="Fine-tune the config's model on trajectories (the oracle's "
                         "on [tasks], or --trajectories FILE) with the RL trainer, loss on the "
-                        "assistant tokens only; prints the HF checkpoint (docs: swefleet/sft.py).",
+                        "assistant tokens only; prints the HF checkpoint (docs: swefleet/app/sft.py).",
                         epilog="examples:\n  swefleet sft --config configs/quickstart.toml "
                         "--output-dir runs/sft\n  swefleet sft --config configs/quickstart.toml "
                         "--trajectories runs/RUN/episodes.jsonl --steps 50")

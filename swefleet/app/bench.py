@@ -31,7 +31,7 @@ class BenchRunFailed(RuntimeError):
 
 def rl_command(config: Path, out_dir: Path, steps: int, sets: list[str]) -> list[str]:
     """The `swefleet rl` command of one run; `--steps` wins over a `--set orchestrator.steps`."""
-    cmd = [sys.executable, "-m", "swefleet.cli", "rl", "--config", str(config),
+    cmd = [sys.executable, "-m", "swefleet", "rl", "--config", str(config),
            "--output-dir", str(out_dir)]
     for item in [*sets, f"orchestrator.steps={steps}"]:
         cmd += ["--set", item]
@@ -107,26 +107,6 @@ def _gpus() -> list[str]:
     return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
 
 
-def write_bench_outputs(root: Path, plots: bool = True) -> dict:
-    """Recompute the report from `root`'s run directories; write bench.json, bench.md, PNGs."""
-    import json
-
-    from swefleet.evals.bench_markdown import bench_markdown
-    from swefleet.evals.bench_report import bench_report_from_dir
-
-    env_path = root / "bench_env.json"
-    env = json.loads(env_path.read_text()) if env_path.exists() else None
-    report = bench_report_from_dir(root, env)
-    names: list[str] = []
-    if plots:
-        from swefleet.evals.plots import write_bench_plots
-
-        names = write_bench_plots(report, root)
-    write_json_atomic(root / "bench.json", report)
-    (root / "bench.md").write_text(bench_markdown(report, names))
-    return report
-
-
 def run_bench_cli(args: argparse.Namespace) -> int:
     out = Path(args.output_dir)
     try:
@@ -134,6 +114,8 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     except BenchRunFailed as e:
         log.error("%s\nfinished runs are kept; the same command resumes", e)
         return 1
+    from swefleet.evals.bench_outputs import write_bench_outputs
+
     write_bench_outputs(out, plots=not args.no_plots)
     print((out / "bench.md").read_text())
     return 0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from swefleet.inference.config import EMBEDDED_API_ERROR, InferenceConfig, ServerSpec
 
 if TYPE_CHECKING:
-    from swefleet.config import RunConfig
+    from swefleet.app.config import RunConfig
 
 OWN_GPU_FRACTION = 0.9
 SHARED_GPU_FRACTION = 0.35

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from swefleet.plan.estimate import plan
-from swefleet.plan.layout import load_layout
-from swefleet.plan.report import print_plan
+from swefleet.app.plan.estimate import plan
+from swefleet.app.plan.layout import load_layout
+from swefleet.app.plan.report import print_plan
 
 
 def plan_cli(args: argparse.Namespace) -> int:
     if args.layout:
         layout, notes = load_layout(args.layout), []
     else:
-        from swefleet.plan.from_config import layout_from_run_config
+        from swefleet.app.plan.from_config import layout_from_run_config
 
         layout, notes = layout_from_run_config(args.config)
     print_plan(plan(layout), notes)

@@ -1,8 +1,8 @@
 """`swefleet demo`: the whole loop on one config, in stages (what `make run` does).
 
 1. SFT warm start (`[sft]`, skipped when `sft.steps` is 0): the project's model is fine-tuned on
-   the oracle's trajectories of the `[tasks]` (the train split), `swefleet/sft.py`;
-2. RL from that checkpoint (`swefleet rl` on the same config, `orchestrator/run.py`): its table
+   the oracle's trajectories of the `[tasks]` (the train split), `swefleet/app/sft.py`;
+2. RL from that checkpoint (`swefleet rl` on the same config, `swefleet/app/rl.py`): its table
    shows the reward per step on the train tasks;
 3. eval of the final RL checkpoint on held-out tasks (`[final_eval]`, `swefleet eval --agent
    model`), reported whatever it is.
@@ -37,10 +37,10 @@ class FinalEvalConfig(BaseModel):
 def demo_cli(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from swefleet.config import load_config
-    from swefleet.orchestrator.run import run_rl
+    from swefleet.app.config import load_config
+    from swefleet.app.rl import run_rl
+    from swefleet.app.sft import run_sft
     from swefleet.rundir import default_output_dir
-    from swefleet.sft import run_sft
 
     cfg = load_config(args.config, args.set)
     out = Path(args.output_dir) if args.output_dir else default_output_dir(cfg.name)
@@ -71,7 +71,7 @@ def demo_cli(args: argparse.Namespace) -> int:
 
 
 def _final_eval(cfg, args: argparse.Namespace, out: Path) -> int:
-    from swefleet.cli import main
+    from swefleet.app.cli import main
     from swefleet.rundir import RunDir
 
     model = RunDir(out).weights_path(cfg.orchestrator.steps)
@@ -92,7 +92,7 @@ def print_demo_summary(cfg, out: Path, times: dict[str, float]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from swefleet.sft import sft_losses
+    from swefleet.app.sft import sft_losses
 
     table = Table(title=f"swefleet demo {out}")
     for col in ("stage", "result", "time s"):

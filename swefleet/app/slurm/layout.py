@@ -5,7 +5,7 @@
     inference nodes = hosts[trainer_nodes:]        (each runs `[inference]`'s servers)
 
 Server k runs on inference node k // num_servers, as server k % num_servers of that node (its
-GPUs and port as `swefleet.topology` places servers on one machine).
+GPUs and port as `swefleet.app.topology` places servers on one machine).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from swefleet.app.topology import resolve_topology
 from swefleet.inference.config import ServerSpec
-from swefleet.topology import resolve_topology
 
 if TYPE_CHECKING:
-    from swefleet.config import RunConfig
+    from swefleet.app.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def head_config(cfg: RunConfig, hosts: list[str]) -> RunConfig:
     external servers, a multi-node trainer's launch; validated (ValueError, one line)."""
     from pydantic import ValidationError
 
-    from swefleet.config import RunConfig
+    from swefleet.app.config import RunConfig
 
     data = cfg.model_dump(mode="json")
     if cfg.slurm.inference_nodes:

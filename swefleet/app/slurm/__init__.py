@@ -2,5 +2,5 @@
 
 `config` (the `[slurm]` section), `layout` (which node runs which role; pure), `script` (the
 batch script), `submit` (the command: write, print or submit), `roles` (what each step of the
-job runs: `python -m swefleet.slurm.roles ...`). Light modules: no torch at import.
+job runs: `python -m swefleet.app.slurm.roles ...`). Light modules: no torch at import.
 """

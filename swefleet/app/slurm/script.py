@@ -15,10 +15,10 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swefleet.slurm.layout import gres_args, server_places
+from swefleet.app.slurm.layout import gres_args, server_places
 
 if TYPE_CHECKING:
-    from swefleet.config import RunConfig
+    from swefleet.app.config import RunConfig
 
 RUN_CONFIG = "slurm/run_config.json"
 """Where the job's config lives in the run directory (read by every step)."""
@@ -57,7 +57,7 @@ def render_script(cfg: RunConfig, run_dir: Path, python: str, workdir: Path) -> 
     lines = ["#!/bin/bash", *_sbatch_options(cfg, run_dir, workdir), "", *_summary(cfg),
              "set -o pipefail", *cfg.slurm.setup,
              f"RUN={shlex.quote(str(run_dir))}",
-             f'ROLES=({shlex.quote(python)} -m swefleet.slurm.roles --run-config "$RUN/{RUN_CONFIG}")',
+             f'ROLES=({shlex.quote(python)} -m swefleet.app.slurm.roles --run-config "$RUN/{RUN_CONFIG}")',
              'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
              'HOSTS=$(IFS=,; echo "${NODES[*]}")',
              _FUNCTIONS, 'echo "swefleet slurm: job $SLURM_JOB_ID on ${NODES[*]} ($(date +%T))"',

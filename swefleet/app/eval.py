@@ -40,14 +40,14 @@ log = logging.getLogger(__name__)
 
 
 def run_eval_cli(args: argparse.Namespace) -> int:
+    from swefleet.app.config import load_config
+    from swefleet.app.rl import prepare_tasks
     from swefleet.envs.reaper import remove_run_containers
-    from swefleet.orchestrator.run import prepare_tasks
-    from swefleet.config import load_config
 
     cfg = load_config(args.config, harness_overrides(args) + args.set, servers=args.server)
     cfg.tasks.path, cfg.tasks.split, cfg.tasks.limit = args.tasks, args.split, None
     if args.agent == "model":  # before any task: a wrong name or a missing vLLM fails at once
-        from swefleet.servers import check_launchable
+        from swefleet.app.servers import check_launchable
 
         check_launchable(cfg)
         for url in args.server:
@@ -321,8 +321,8 @@ async def _policy(cfg, args, run_id: str):
     from contextlib import AsyncExitStack
 
     from swefleet.agents.tokenizer import Tokenizer
+    from swefleet.app.servers import open_fleet
     from swefleet.envs.backends import make_farm
-    from swefleet.servers import open_fleet
 
     if not args.model:
         raise SystemExit("--agent model needs --model DIR (tokenizer, and served unless --server)")

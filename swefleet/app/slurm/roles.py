@@ -1,4 +1,4 @@
-"""What the steps of a `swefleet slurm` job run (`python -m swefleet.slurm.roles ...`), each
+"""What the steps of a `swefleet slurm` job run (`python -m swefleet.app.slurm.roles ...`), each
 reading the job's config (`<run>/slurm/run_config.json`) and the job's hosts (`--hosts`, in
 `scontrol show hostnames` order):
 
@@ -18,22 +18,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swefleet.slurm import layout
+from swefleet.app.slurm import layout
 
 if TYPE_CHECKING:
-    from swefleet.config import RunConfig
+    from swefleet.app.config import RunConfig
 
-log = logging.getLogger("swefleet.slurm")
+log = logging.getLogger("swefleet.app.slurm")
 
 
 def load_run_config(path: str | Path) -> RunConfig:
-    from swefleet.config import RunConfig
+    from swefleet.app.config import RunConfig
 
     return RunConfig.model_validate_json(Path(path).read_text())
 
 
 def prepare(cfg: RunConfig, hosts: list[str]) -> int:
-    from swefleet.orchestrator.run import prepare_model
+    from swefleet.app.rl import prepare_model
     from swefleet.rundir import RunDir
 
     log.info("model: %s", prepare_model(cfg, RunDir(Path(cfg.output_dir))))
@@ -118,13 +118,13 @@ def _healthy(http, url: str) -> bool:
 
 
 def head(cfg: RunConfig, hosts: list[str]) -> int:
-    from swefleet.orchestrator.run import run_rl
+    from swefleet.app.rl import run_rl
 
     return run_rl(layout.head_config(cfg, hosts))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m swefleet.slurm.roles", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m swefleet.app.slurm.roles", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-config", required=True, help="the job's run_config.json")
     sub = p.add_subparsers(dest="role", required=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from swefleet.plan.layout import Layout, validate_layout
+from swefleet.app.plan.layout import Layout, validate_layout
 
 
 def shape_from_hf(cfg: dict, name: str) -> dict:
@@ -59,7 +59,7 @@ def _shape(run) -> tuple[dict, str]:
 
 def layout_from_run_config(path: str) -> tuple[Layout, list[str]]:
     """Layout + the assumptions made (one line each)."""
-    from swefleet.config import load_config
+    from swefleet.app.config import load_config
 
     run = load_config(path)
     shape, source = _shape(run)
