@@ -16,7 +16,7 @@ from pathlib import Path
 from swefleet.envs.patchfiles import split_patch
 from swefleet.envs.tamper import tamper_evidence
 
-from swefleet.types import GradeResult, GradeStatus, Task
+from swefleet.types import GradeCause, GradeResult, GradeStatus, Task
 
 # SWE-bench's log markers (swebench.harness.constants), repeated here so that reading a log does
 # not import swebench's harness package (which imports docker and datasets, ~2 s).
@@ -32,6 +32,7 @@ PROTECTED_DROPPED = ">>>>> Protected path dropped from the model patch"
 #: The last line of every grading log: JSON written by the grader, never by the tests.
 VERDICT = ">>>>> swefleet verdict: "
 
+# The human texts of `GradeResult.reason` (consumers decide on `GradeResult.cause`).
 REASON_PATCH = "patch did not apply"
 REASON_TIMEOUT = "tests timed out"
 REASON_NO_SUITE = "suite did not run"
@@ -142,31 +143,40 @@ def eval_type_of(task: Task) -> str:
 def regrade_from_log(task: Task, log_text: str) -> GradeResult:
     """Grade a stored log again with the task's current FAIL_TO_PASS / PASS_TO_PASS lists."""
     verdict = _read_verdict(log_text)
-    result = GradeResult(instance_id=task.instance_id, status=GradeStatus.error, log=log_text)
-    phase = verdict.get("phase")
+    result = GradeResult(
+        instance_id=task.instance_id, status=GradeStatus.error, cause=GradeCause.infra, log=log_text
+    )
     dropped = verdict.get("dropped")
     if isinstance(dropped, list):
         result.dropped_paths = [str(p) for p in dropped]
     if isinstance(verdict.get("flags"), list):
         result.flags = [str(f) for f in verdict["flags"]]
-    if phase == "infra":
-        result.reason = f"{REASON_INFRA}: {verdict.get('error', 'unknown')}"
-    elif phase == "model_patch":
-        result.reason = REASON_PATCH
-    elif phase == "protected":
-        paths = ", ".join(str(p) for p in verdict.get("paths", []))[:300]
-        result.reason = f"{REASON_PATCH}: it changed protected files its headers hide: {paths}"
-    elif phase == "test_patch":
-        result.reason = f"{REASON_PATCH}: the test patch conflicts with the model patch"
-    elif phase == "reset":
-        result.reason = f"{REASON_INFRA}: could not reset the test files"
-    elif phase != "tests":
-        result.reason = f"{REASON_INFRA}: grading log has no verdict line (truncated?)"
-    elif verdict.get("timed_out"):
-        result.reason = REASON_TIMEOUT
-    else:
+    if verdict.get("phase") == "tests" and not verdict.get("timed_out"):
         _decide_tests(task, _test_output(log_text), verdict.get("exit_code"), result, verdict)
+    else:
+        result.cause, result.reason = _early_end(verdict)
     return result
+
+
+def _early_end(verdict: dict) -> tuple[GradeCause, str]:
+    """Cause and reason of a grade (status `error`) that ended before the tests decided."""
+    phase = verdict.get("phase")
+    if phase == "infra":
+        return GradeCause.infra, f"{REASON_INFRA}: {verdict.get('error', 'unknown')}"
+    if phase == "model_patch":
+        return GradeCause.patch_failed, REASON_PATCH
+    if phase == "protected":
+        paths = ", ".join(str(p) for p in verdict.get("paths", []))[:300]
+        return (GradeCause.patch_failed,
+                f"{REASON_PATCH}: it changed protected files its headers hide: {paths}")
+    if phase == "test_patch":
+        return (GradeCause.patch_failed,
+                f"{REASON_PATCH}: the test patch conflicts with the model patch")
+    if phase == "reset":
+        return GradeCause.infra, f"{REASON_INFRA}: could not reset the test files"
+    if phase != "tests":
+        return GradeCause.infra, f"{REASON_INFRA}: grading log has no verdict line (truncated?)"
+    return GradeCause.timeout, REASON_TIMEOUT
 
 
 def _read_verdict(log_text: str) -> dict:
@@ -222,14 +232,16 @@ def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeR
     result.tests = {t: st for t, st in status_map.items() if t not in planted}  # task's own
     deciding = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
     if why := tamper_evidence(status_map, exit_code, deciding, verdict or {}):
-        result.status = GradeStatus.tampered
+        result.status, result.cause = GradeStatus.tampered, GradeCause.tampered
         result.reason = f"{REASON_TAMPERED}: " + "; ".join(why)[:1000]
         return
     if not status_map and not SUITE_RAN.search(output):
+        result.cause = GradeCause.no_suite
         result.reason = f"{REASON_NO_SUITE} (exit code {exit_code}, no test results in the log)"
         return
     if exit_code not in (0, None) and not set(status_map.values()) & {"FAILED", "ERROR"}:
         # swebench's anti-spoofing rule: a failing run that reports no failure is not this run
+        result.cause = GradeCause.no_suite
         result.reason = (
             f"{REASON_NO_SUITE} (exit code {exit_code} but no failed test in the "
             "log: the log does not describe the run)"
@@ -239,6 +251,7 @@ def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeR
     report = get_eval_tests_report(status_map, gold, eval_type=EvalType(eval_type_of(task)))
     result.fail_to_pass = report["FAIL_TO_PASS"]
     result.pass_to_pass = report["PASS_TO_PASS"]
+    result.cause = GradeCause.tests
     if get_resolution_status(report) == "RESOLVED_FULL":  # swebench's ResolvedStatus.FULL
         result.status = GradeStatus.resolved
         return
@@ -265,7 +278,7 @@ def cap_text(text: str, limit: int) -> str:
 def is_infra(result: GradeResult) -> bool:
     """True when the grading itself failed (Docker, daemon, lost log): the result says nothing
     about the patch and must be retried or excluded, never scored."""
-    return result.status == GradeStatus.error and result.reason.startswith(REASON_INFRA + ":")
+    return result.status == GradeStatus.error and result.cause == GradeCause.infra
 
 
 def reward_of(result: GradeResult) -> float | None:

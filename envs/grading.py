@@ -17,8 +17,8 @@ The procedure follows SWE-bench's harness (`swebench.harness.run_evaluation` + `
    PASS_TO_PASS are decided with swebench's own `get_eval_tests_report`.
 
 The decision is read back from the log (`envs/gradelog.py`), so a stored log can be graded again;
-SWE-bench's file formats are in `envs/swebench_io.py`. Docker failures give status `error` with a
-reason starting with `infra:`: never `unresolved`. With several Docker hosts (`hosts=`, shared
+SWE-bench's file formats are in `envs/swebench_io.py`. Docker failures give status `error` with
+cause `infra` (reason `infra: ...`): never `unresolved`. With several Docker hosts (`hosts=`, shared
 with the farm) each grading run goes to the least-loaded healthy host, its image copied there if
 missing; a run whose host fails is tried once more on another.
 """
@@ -65,7 +65,7 @@ from swefleet.envs.protocol import Grader, InfraError
 from swefleet.envs.tamper import runner_flags
 from swefleet.envs.tamperrun import collect_junit, junit_path, junit_prefix, plant_canaries
 
-from swefleet.types import GradeResult, GradeStatus, Task
+from swefleet.types import GradeCause, GradeResult, GradeStatus, Task
 
 log = logging.getLogger(__name__)
 
@@ -555,8 +555,8 @@ async def grade_many(
     """Grade `patches[task.instance_id]` for every task, at most `concurrency` at a time.
 
     Results are in the order of `tasks`. A task without a patch is a caller error (ValueError).
-    A result whose reason starts with `infra:` is retried `infra_retries` times; an exception
-    from the grader becomes an `infra:` error for that task only.
+    A result with cause `infra` is retried `infra_retries` times; an exception from the grader
+    becomes an `infra` error for that task only.
     """
     missing = [t.instance_id for t in tasks if t.instance_id not in patches]
     if missing:
@@ -583,5 +583,6 @@ async def _grade_guarded(grader: Grader, task: Task, patch: str) -> GradeResult:
         return GradeResult(
             instance_id=task.instance_id,
             status=GradeStatus.error,
+            cause=GradeCause.infra,
             reason=f"{REASON_INFRA}: {type(e).__name__}: {e}",
         )

@@ -7,9 +7,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from swefleet.envs.gradelog import REASON_INFRA, REASON_NO_SUITE, REASON_PATCH, REASON_TIMEOUT
 
-from swefleet.types import GradeResult, GradeStatus
+from swefleet.types import GradeCause, GradeResult, GradeStatus
 
 
 class Prediction(BaseModel):
@@ -80,15 +79,15 @@ def write_predictions(path: str | Path, patches: Mapping[str, str], model_name: 
 def swebench_instance_report(result: GradeResult, model_patch: str | None = "x") -> dict:
     """One `report.json` in SWE-bench's shape: {instance_id: {patch_is_None, patch_exists,
     patch_successfully_applied, resolved, infra_failure, tests_status}}."""
-    applied = result.status != GradeStatus.error or not (
-        result.reason.startswith(REASON_PATCH) or result.reason.startswith(REASON_INFRA)
+    applied = result.status != GradeStatus.error or result.cause not in (
+        GradeCause.patch_failed, GradeCause.infra
     )
     body = {
         "patch_is_None": model_patch is None,
         "patch_exists": model_patch is not None,
         "patch_successfully_applied": applied,
         "resolved": result.status == GradeStatus.resolved,
-        "infra_failure": result.reason.startswith(REASON_INFRA),
+        "infra_failure": result.cause == GradeCause.infra,
     }
     if body["infra_failure"]:
         body["infra_failure_reason"] = result.reason
@@ -114,8 +113,8 @@ def write_swebench_report(
     """Write the run summary with SWE-bench's field names (`make_run_report`, schema_version 2).
 
     `patches` marks empty patches (SWE-bench counts those apart and does not grade them);
-    resolved and unresolved results are `completed`; errors are `error_ids`, those with an
-    `infra:` reason also `infra_failure_ids`, timeouts and suites that did not run also
+    resolved and unresolved results are `completed`; errors are `error_ids`, those with cause
+    `infra` also `infra_failure_ids`, timeouts and suites that did not run also
     `ambiguous_failure_ids` (swebench's triage tiers); `failure_reasons` holds every error's
     reason. With `instance_dir`, `<instance_dir>/<instance_id>/report.json` and
     `test_output.txt` are written too (SWE-bench's per-instance layout).
@@ -141,9 +140,9 @@ def write_swebench_report(
         if r.status == GradeStatus.error:
             ids["error"].add(r.instance_id)
             reasons[r.instance_id] = r.reason
-            if r.reason.startswith(REASON_INFRA):
+            if r.cause == GradeCause.infra:
                 ids["infra_failure"].add(r.instance_id)
-            elif r.reason.startswith((REASON_TIMEOUT, REASON_NO_SUITE)):
+            elif r.cause in (GradeCause.timeout, GradeCause.no_suite):
                 ids["ambiguous_failure"].add(r.instance_id)
         else:
             ids["completed"].add(r.instance_id)

@@ -16,7 +16,7 @@ from swefleet.agents.loop import run_episode
 from swefleet.envs.protocol import Farm, Grader, InfraError
 from swefleet.inference.protocol import ModelClient
 
-from swefleet.types import EpisodeStatus, GradeStatus, Task, Trajectory
+from swefleet.types import EpisodeStatus, GradeCause, GradeStatus, Task, Trajectory
 
 #: Episode endings whose patch is graded (the policy chose to stop, or ran out of steps).
 GRADED = frozenset(
@@ -104,7 +104,7 @@ async def _grade(ctx: RolloutContext, task: Task, traj: Trajectory) -> None:
     result = await ctx.grader.grade(task, traj.model_patch)
     traj.timings["grading"] = time.monotonic() - t0
     traj.grade = result
-    if result.status == GradeStatus.error and result.reason.startswith("infra"):
+    if result.status == GradeStatus.error and result.cause == GradeCause.infra:
         traj.status, traj.reason, traj.reward = EpisodeStatus.infra_error, result.reason, None
         return
     resolved = result.status == GradeStatus.resolved

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class EpisodeStatus(StrEnum):
@@ -45,6 +45,54 @@ class GradeStatus(StrEnum):
     """The test run was not the run that happened: a canary test had the wrong outcome, a
     deciding test vanished, or the exit status / JUnit report contradict the log
     (`envs/tamper.py`); reward 0."""
+
+
+class GradeCause(StrEnum):
+    """What decided a grade (`GradeResult.cause`): consumers decide on this and `status`;
+    `GradeResult.reason` is the human text."""
+
+    tests = "tests"
+    """The task's tests ran and decided: status `resolved` or `unresolved`."""
+    patch_failed = "patch_failed"
+    """The model patch did not apply (or was not text), changed protected files its headers
+    hide, or conflicts with the test patch: status `error`, reward 0; SWE-bench's
+    `patch_successfully_applied` false."""
+    timeout = "timeout"
+    """The tests ran past their deadline: status `error`, reward 0 (SWE-bench: ambiguous)."""
+    no_suite = "no_suite"
+    """The suite did not run, or its exit status contradicts a log without failures: status
+    `error`, reward 0 (SWE-bench: ambiguous)."""
+    tampered = "tampered"
+    """The test run contradicted itself (`envs/tamper.py`): status `tampered`, reward 0."""
+    infra = "infra"
+    """The grading itself failed (Docker, daemon, lost or truncated log, test files not reset):
+    status `error`; says nothing about the patch, never scored, retried or excluded."""
+    unknown = "unknown"
+    """Only in records written before `cause` existed: an error whose reason names none of the
+    causes above (treated as a scored error: reward 0, patch applied)."""
+
+
+#: The reason prefixes of records written before `GradeResult.cause` existed (frozen: they read
+#: old records, the live texts are `envs.gradelog.REASON_*`).
+_LEGACY_ERROR_PREFIXES = (
+    ("infra", GradeCause.infra),
+    ("patch did not apply", GradeCause.patch_failed),
+    ("tests timed out", GradeCause.timeout),
+    ("suite did not run", GradeCause.no_suite),
+)
+
+
+def legacy_grade_cause(status: str, reason: str) -> GradeCause:
+    """The cause of a grade record written before `GradeResult.cause` existed, from its status
+    and reason text: the only place that reads a cause out of reason text."""
+    if status in (GradeStatus.resolved, GradeStatus.unresolved):
+        return GradeCause.tests
+    if status == GradeStatus.tampered:
+        return GradeCause.tampered
+    for prefix, cause in _LEGACY_ERROR_PREFIXES:
+        if reason.startswith(prefix):
+            return cause
+    return GradeCause.unknown
 
 
 class Task(BaseModel):
@@ -173,8 +221,12 @@ class GradeResult(BaseModel):
 
     instance_id: str
     status: GradeStatus
+    cause: GradeCause
+    """What decided the grade: the field consumers decide on (with `status`), never `reason`.
+    Records written before it existed get it from their reason (`legacy_grade_cause`)."""
     reason: str = ""
-    """Why: `patch did not apply`, `tests timed out`, `suite did not run`, `infra: ...`."""
+    """Why, for people: `patch did not apply`, `tests timed out`, `suite did not run (...)`,
+    `infra: ...`, `tampered: ...`, `1/2 FAIL_TO_PASS failed, ...`; not for deciding."""
     tests: dict[str, str] = Field(default_factory=dict)
     """Per-test outcome parsed from the log (PASSED, FAILED, ERROR, SKIPPED); the grader's
     canary tests (`envs/canary.py`) are left out."""
@@ -192,6 +244,14 @@ class GradeResult(BaseModel):
     """Added lines of the model patch that reference test-runner internals (`_pytest`, pytest
     hooks, `os._exit`, `conftest`, `.pth`, ...) and test files it touches
     (`envs.tamper.runner_flags`): recorded for review, not failed on by themselves."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_cause(cls, data):
+        """A record without `cause` (written before it existed) gets it from its reason."""
+        if isinstance(data, dict) and data.get("cause") is None and "status" in data:
+            data = {**data, "cause": legacy_grade_cause(data["status"], data.get("reason") or "")}
+        return data
 
 
 Trajectory.model_rebuild()

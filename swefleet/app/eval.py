@@ -34,7 +34,7 @@ from swefleet.evals.resume import drop_retryable
 from swefleet.evals.select import select_tasks
 from swefleet.evals.served import check_served_model
 from swefleet.rundir import append_jsonl, read_jsonl, write_json_atomic
-from swefleet.types import EpisodeStatus, GradeStatus, Task, Trajectory
+from swefleet.types import EpisodeStatus, GradeCause, GradeStatus, Task, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class _PatchPolicy:
         traj.image_user = getattr(grader, "image_user_of", lambda image: "")(task.image)
         if result.status == GradeStatus.resolved:
             traj.status, traj.reward = EpisodeStatus.resolved, 1.0
-        elif result.status == GradeStatus.error and result.reason.startswith("infra"):
+        elif result.status == GradeStatus.error and result.cause == GradeCause.infra:
             traj.status, traj.reason = EpisodeStatus.infra_error, result.reason
         else:
             traj.reward, traj.reason = 0.0, result.reason

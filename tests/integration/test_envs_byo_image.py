@@ -166,7 +166,7 @@ def _grade(tasks: Path, name: str, image_user: str):
 def test_without_the_layer_the_image_cannot_run_as_agent(byo):
     """`image_user = "agent"` is the behaviour before: no agent user, an infra error."""
     result, _ = _grade(byo[0], "rootowned", "agent")
-    assert result.reason.startswith("infra") and "agent" in result.reason, result.reason
+    assert result.cause == "infra" and "agent" in result.reason, result.reason
 
 
 def test_image_user_runs_as_the_images_own_user(byo):

@@ -18,7 +18,7 @@ from swefleet.envs.gradelog import regrade_from_log
 from swefleet.envs.grading import DockerGrader, grade_many
 from swefleet.envs.tasks import load_tasks, prepare_task_images, resolve_source_dir, source_patch_of
 
-from swefleet.types import GradeResult, GradeStatus, Task
+from swefleet.types import GradeCause, GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.integration
 
@@ -129,10 +129,10 @@ def test_regrade_from_log_equals_the_live_grade(tasks, graded):
 async def test_garbage_patch_did_not_apply(tasks, grader):
     task = slug_task(tasks)
     r = await grader.grade(task, "this is not a patch\n")
-    assert r.status == GradeStatus.error and r.reason == "patch did not apply"
+    assert (r.status, r.cause, r.reason) == (GradeStatus.error, GradeCause.patch_failed, "patch did not apply")
     wrong_context = task.patch.replace("len(slug) < max_length", "len(slug) != max_length")
     r = await grader.grade(task, wrong_context)
-    assert r.status == GradeStatus.error and r.reason == "patch did not apply"
+    assert (r.status, r.cause, r.reason) == (GradeStatus.error, GradeCause.patch_failed, "patch did not apply")
     assert_regrade_equal(task, r)
 
 
@@ -149,7 +149,7 @@ def test_hanging_suite_times_out(tasks):
     task = slug_task(tasks)
     hang = edit_patch(task, "textkit/slug.py", lambda s: s + "\nimport time\n\ntime.sleep(3600)\n")
     r = DockerGrader(RUN_ID, timeout_s=5).grade_sync(task, hang)
-    assert r.status == GradeStatus.error and r.reason == "tests timed out"
+    assert (r.status, r.cause, r.reason) == (GradeStatus.error, GradeCause.timeout, "tests timed out")
     assert r.duration_s < 20
     assert_regrade_equal(task, r)
 
@@ -160,7 +160,7 @@ def test_broken_collection_is_suite_did_not_run(tasks):
     conftest = new_file_patch("conftest.py", 'raise RuntimeError("no tests today")\n')
     unprotected = GradingConfig(protected_paths=(), protected_pytest_config=())
     r = DockerGrader(RUN_ID, timeout_s=60, config=unprotected).grade_sync(task, task.patch + conftest)
-    assert r.status == GradeStatus.error and r.reason.startswith("suite did not run"), r.log
+    assert (r.status, r.cause) == (GradeStatus.error, GradeCause.no_suite), r.log
     assert r.tests == {}
     assert_regrade_equal(task, r)
 
@@ -179,7 +179,7 @@ def test_model_edits_to_test_files_are_reset(tasks, grader):
 def test_docker_failure_is_infra_error_not_unresolved(tasks, grader):
     task = slug_task(tasks).model_copy(update={"image": "swefleet-task:does-not-exist"})
     r = grader.grade_sync(task, task.patch)
-    assert r.status == GradeStatus.error and r.reason.startswith("infra:"), r.reason
+    assert (r.status, r.cause) == (GradeStatus.error, GradeCause.infra), r.reason
     assert_regrade_equal(task, r)
 
 
@@ -205,7 +205,7 @@ def test_fuzz_fallback_never_writes_into_git_dir(tasks, grader):
     hook = new_file_patch(".git/hooks/post-checkout", "#!/bin/sh\necho HOOK-RAN >&2\n")
     hook = hook.replace("new file mode 100644", "new file mode 100755")
     r = grader.grade_sync(task, task.patch + hook)
-    assert r.status == GradeStatus.error and r.reason == "patch did not apply", r.log[-3000:]
+    assert (r.status, r.cause, r.reason) == (GradeStatus.error, GradeCause.patch_failed, "patch did not apply"), r.log[-3000:]
     assert "HOOK-RAN" not in r.log and "writes into .git" in r.log
     assert_regrade_equal(task, r)
 

@@ -116,7 +116,7 @@ def test_guard_fails_a_patch_whose_protected_file_the_header_reader_missed(
     written by applying the patch are checked, and a protected one fails the patch."""
     monkeypatch.setattr("swefleet.envs.grading.drop_protected", lambda patch, globs: (patch, []))
     r = grader.grade_sync(task, task.patch + new_file_patch("a/b/conftest.py", "x = 1\n"))
-    assert r.status == GradeStatus.error and r.reason.startswith("patch did not apply"), r.log
+    assert (r.status, r.cause) == (GradeStatus.error, "patch_failed"), r.log
     assert "a/b/conftest.py" in r.reason and reward_of(r) == 0.0
     assert_regrade_equal(task, r)
 

@@ -10,7 +10,7 @@ from swefleet.envs import gradelog as g
 from swefleet.envs import grading
 from swefleet.envs import swebench_io as sio
 
-from swefleet.types import GradeResult, GradeStatus, Task
+from swefleet.types import GradeCause, GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.unit
 
@@ -56,7 +56,7 @@ def make_log(output: str, exit_code: int | None = 1, timed_out: bool = False) ->
 def test_all_pass_is_resolved():
     log = make_log(summary(fixed="PASSED", param="PASSED", old="PASSED", skippy="PASSED"), 0)
     r = g.regrade_from_log(task(), log)
-    assert r.status == GradeStatus.resolved and r.reason == ""
+    assert (r.status, r.cause, r.reason) == (GradeStatus.resolved, GradeCause.tests, "")
     assert r.fail_to_pass == {"success": F2P, "failure": []}
     assert r.pass_to_pass == {"success": P2P, "failure": []}
     assert r.tests[F2P[0]] == "PASSED" and r.log == log
@@ -65,7 +65,7 @@ def test_all_pass_is_resolved():
 def test_failing_f2p_is_unresolved_with_counts():
     log = make_log(summary(fixed="FAILED", param="PASSED", old="PASSED", skippy="PASSED"))
     r = g.regrade_from_log(task(), log)
-    assert r.status == GradeStatus.unresolved
+    assert r.status == GradeStatus.unresolved and r.cause == GradeCause.tests
     assert r.reason == "1/2 FAIL_TO_PASS failed, 0/2 PASS_TO_PASS failed"
     assert r.fail_to_pass["failure"] == [F2P[0]]
 
@@ -83,13 +83,15 @@ def test_swebench_semantics_skipped_p2p_ok_skipped_or_missing_f2p_not():
 def test_no_results_is_suite_did_not_run():
     log = make_log("ImportError while loading conftest '/testbed/conftest.py'.\n", 4)
     r = g.regrade_from_log(task(), log)
-    assert r.status == GradeStatus.error and r.reason.startswith("suite did not run")
+    assert (r.status, r.cause) == (GradeStatus.error, GradeCause.no_suite)
+    assert r.reason.startswith("suite did not run")
 
 
 def test_spoofed_passes_with_failing_exit_code_are_rejected():
     log = make_log(summary(fixed="PASSED", param="PASSED", old="PASSED", skippy="PASSED"), 2)
     r = g.regrade_from_log(task(), log)
-    assert r.status == GradeStatus.error and r.reason.startswith("suite did not run")
+    assert (r.status, r.cause) == (GradeStatus.error, GradeCause.no_suite)
+    assert r.reason.startswith("suite did not run")
 
 
 def test_markers_printed_by_the_tests_do_not_change_the_verdict():
@@ -104,26 +106,28 @@ def test_markers_printed_by_the_tests_do_not_change_the_verdict():
 
 
 @pytest.mark.parametrize(
-    ("verdict", "reason"),
+    ("verdict", "cause", "reason"),
     [
-        ({"phase": "model_patch"}, "patch did not apply"),
-        ({"phase": "test_patch"}, "patch did not apply: the test patch conflicts"),
-        ({"phase": "reset"}, "infra: could not reset"),
-        ({"phase": "infra", "error": "APIError: boom"}, "infra: APIError: boom"),
-        ({"phase": "tests", "exit_code": None, "timed_out": True}, "tests timed out"),
+        ({"phase": "model_patch"}, "patch_failed", "patch did not apply"),
+        ({"phase": "test_patch"}, "patch_failed", "patch did not apply: the test patch conflicts"),
+        ({"phase": "reset"}, "infra", "infra: could not reset"),
+        ({"phase": "infra", "error": "APIError: boom"}, "infra", "infra: APIError: boom"),
+        ({"phase": "tests", "exit_code": None, "timed_out": True}, "timeout", "tests timed out"),
     ],
 )
-def test_error_phases(verdict, reason):
+def test_error_phases(verdict, cause, reason):
     log = f"header\n{g.VERDICT}{json.dumps(verdict)}\n"
     r = g.regrade_from_log(task(), log)
-    assert r.status == GradeStatus.error and r.reason.startswith(reason)
+    assert (r.status, r.cause) == (GradeStatus.error, GradeCause(cause))
+    assert r.reason.startswith(reason)
 
 
 def test_log_without_verdict_is_infra():
     log = make_log(summary(fixed="PASSED"), 0)
     truncated = log[: log.index(g.VERDICT)]
     r = g.regrade_from_log(task(), truncated)
-    assert r.status == GradeStatus.error and r.reason.startswith("infra:")
+    assert (r.status, r.cause) == (GradeStatus.error, GradeCause.infra)
+    assert r.reason.startswith("infra:")
 
 
 def test_regrade_uses_the_tasks_current_lists():
@@ -211,19 +215,38 @@ def results() -> list[GradeResult]:
     ok = {"success": ["t::a"], "failure": []}
     return [
         GradeResult(
-            instance_id="r1", status="resolved", fail_to_pass=ok, pass_to_pass=ok, log="L1"
+            instance_id="r1", status="resolved", cause="tests", fail_to_pass=ok, pass_to_pass=ok,
+            log="L1",
         ),
         GradeResult(
             instance_id="u1",
             status="unresolved",
+            cause="tests",
             reason="1/1 FAIL_TO_PASS failed",
             fail_to_pass={"success": [], "failure": ["t::a"]},
             pass_to_pass=ok,
         ),
-        GradeResult(instance_id="e1", status="error", reason="patch did not apply"),
-        GradeResult(instance_id="e2", status="error", reason="infra: APIError: boom"),
-        GradeResult(instance_id="e3", status="error", reason="tests timed out"),
+        GradeResult(instance_id="e1", status="error", cause="patch_failed",
+                    reason="patch did not apply"),
+        GradeResult(instance_id="e2", status="error", cause="infra", reason="infra: APIError: boom"),
+        GradeResult(instance_id="e3", status="error", cause="timeout", reason="tests timed out"),
     ]
+
+
+def test_reports_decide_on_the_cause_not_the_reason_text(tmp_path):
+    """A reason that reads like another cause changes no report field: only `cause` decides."""
+    lying = [
+        GradeResult(instance_id="a", status="error", cause="no_suite", reason="infra: not really"),
+        GradeResult(instance_id="b", status="error", cause="infra", reason="tests timed out"),
+        GradeResult(instance_id="c", status="error", cause="patch_failed", reason="odd"),
+    ]
+    report = sio.write_swebench_report(lying, tmp_path / "run.json")
+    assert report["infra_failure_ids"] == ["b"] and report["ambiguous_failure_ids"] == ["a"]
+    bodies = {r.instance_id: sio.swebench_instance_report(r)[r.instance_id] for r in lying}
+    assert [bodies[i]["infra_failure"] for i in "abc"] == [False, True, False]
+    assert [bodies[i]["patch_successfully_applied"] for i in "abc"] == [True, False, False]
+    assert "infra_failure_reason" not in bodies["a"]
+    assert [g.reward_of(r) for r in lying] == [0.0, None, 0.0]
 
 
 def test_write_swebench_report_fields_and_buckets(tmp_path):
@@ -288,20 +311,20 @@ class ScriptedGrader:
         outcome = self.script[task.instance_id].pop(0)
         if isinstance(outcome, Exception):
             raise outcome
-        status, reason = outcome
-        return GradeResult(instance_id=task.instance_id, status=status, reason=reason)
+        status, cause, reason = outcome
+        return GradeResult(instance_id=task.instance_id, status=status, cause=cause, reason=reason)
 
 
 async def test_grade_many_order_concurrency_retry_and_fault_boundary():
     tasks = [task(instance_id=f"t{i}") for i in range(6)]
-    script = {f"t{i}": [("resolved", "")] for i in range(6)}
-    script["t1"] = [("error", "infra: APIError: flake"), ("unresolved", "1/1")]
+    script = {f"t{i}": [("resolved", "tests", "")] for i in range(6)}
+    script["t1"] = [("error", "infra", "infra: APIError: flake"), ("unresolved", "tests", "1/1")]
     script["t2"] = [RuntimeError("grader bug"), RuntimeError("again")]
     grader = ScriptedGrader(script)
     out = await grading.grade_many(tasks, {t.instance_id: "p" for t in tasks}, grader, concurrency=2)
     assert [r.instance_id for r in out] == [t.instance_id for t in tasks]
     assert out[1].status == GradeStatus.unresolved  # retried after an infra error
-    assert out[2].status == GradeStatus.error
+    assert (out[2].status, out[2].cause) == (GradeStatus.error, GradeCause.infra)
     assert out[2].reason == "infra: RuntimeError: again"
     assert all(r.status == GradeStatus.resolved for r in out[3:])
     assert grader.peak == 2
@@ -313,18 +336,20 @@ async def test_grade_many_rejects_missing_patches():
 
 
 @pytest.mark.parametrize(
-    ("status", "reason", "reward"),
+    ("status", "cause", "reward"),
     [
-        ("resolved", "", 1.0),
-        ("unresolved", "1/1 FAIL_TO_PASS failed", 0.0),
-        ("error", "patch did not apply", 0.0),
-        ("error", "tests timed out", 0.0),
-        ("error", "suite did not run (exit code 4, no test results in the log)", 0.0),
-        ("error", "infra: APIError: boom", None),
+        ("resolved", "tests", 1.0),
+        ("unresolved", "tests", 0.0),
+        ("error", "patch_failed", 0.0),
+        ("error", "timeout", 0.0),
+        ("error", "no_suite", 0.0),
+        ("tampered", "tampered", 0.0),
+        ("error", "unknown", 0.0),
+        ("error", "infra", None),
     ],
 )
-def test_reward_of_never_scores_infra(status, reason, reward):
-    result = GradeResult(instance_id="x", status=status, reason=reason)
+def test_reward_of_never_scores_infra(status, cause, reward):
+    result = GradeResult(instance_id="x", status=status, cause=cause, reason="whatever")
     assert g.reward_of(result) == reward
     assert g.is_infra(result) == (reward is None)
 
@@ -337,9 +362,10 @@ def test_a_patch_that_is_not_text_is_refused_without_docker():
         r = grader.grade_sync(task(), "diff --git a/x b/x\n+\ud800\n")
     finally:
         grader.close()
-    assert r.status == GradeStatus.error and r.reason == g.REASON_PATCH
+    assert (r.status, r.cause, r.reason) == (GradeStatus.error, GradeCause.patch_failed,
+                                             g.REASON_PATCH)
     assert "not valid text" in r.log and g.reward_of(r) == 0.0
-    assert g.regrade_from_log(task(), r.log).reason == g.REASON_PATCH
+    assert g.regrade_from_log(task(), r.log).cause == GradeCause.patch_failed
 
 
 @pytest.mark.parametrize(
@@ -403,13 +429,40 @@ def test_dropped_protected_paths_are_read_back_from_the_log():
     assert g.regrade_from_log(task(), make_log(ok, 0)).dropped_paths == []
     hidden = log.rpartition(g.VERDICT)[0] + g.VERDICT + '{"phase": "protected", "paths": ["a.pth"]}\n'
     r = g.regrade_from_log(task(), hidden)
-    assert r.status == GradeStatus.error and r.reason.startswith("patch did not apply")
+    assert (r.status, r.cause) == (GradeStatus.error, GradeCause.patch_failed)
+    assert r.reason.startswith("patch did not apply")
     assert "a.pth" in r.reason and g.reward_of(r) == 0.0
 
 
 def test_old_grade_records_still_load():
     old = {"instance_id": "x", "status": "resolved", "log": "", "duration_s": 1.0}
     assert GradeResult.model_validate(old).dropped_paths == []
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "cause"),
+    [
+        ("resolved", "", "tests"),
+        ("unresolved", "1/2 FAIL_TO_PASS failed, 0/2 PASS_TO_PASS failed", "tests"),
+        ("tampered", "tampered: canary t.py::test_x PASSED, want FAILED", "tampered"),
+        ("error", "patch did not apply", "patch_failed"),
+        ("error", "patch did not apply: the test patch conflicts with the model patch",
+         "patch_failed"),
+        ("error", "tests timed out", "timeout"),
+        ("error", "suite did not run (exit code 4, no test results in the log)", "no_suite"),
+        ("error", "infra: APIError: boom", "infra"),
+        ("error", "something else", "unknown"),
+    ],
+)
+def test_records_without_a_cause_get_it_from_their_reason(status, reason, cause):
+    """A grade written before `cause` existed (a JSON line of an old episodes.jsonl) loads with
+    the cause its reason text names; a record that has one keeps it."""
+    line = json.dumps({"instance_id": "x", "status": status, "reason": reason, "log": "L",
+                       "duration_s": 1.0, "tests": {}})
+    r = GradeResult.model_validate_json(line)
+    assert (r.status, r.cause, r.reason) == (status, GradeCause(cause), reason)
+    assert GradeResult.model_validate_json(r.model_dump_json()) == r
+    assert g.is_infra(r) == (cause == "infra")
 
 
 def test_reading_logs_needs_neither_docker_nor_datasets():

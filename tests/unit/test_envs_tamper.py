@@ -142,7 +142,8 @@ def test_tampered_log_is_graded_tampered_and_flags_are_read_back():
     verdict = {"phase": "tests", "exit_code": 0, "timed_out": False, **CAN, "flags": ["x"]}
     log = f"{g.START_TEST_OUTPUT}\n{out}{g.END_TEST_OUTPUT}\n{g.VERDICT}{json.dumps(verdict)}\n"
     r = g.regrade_from_log(t, log)
-    assert r.status == GradeStatus.tampered and r.reason.startswith("tampered: canary")
+    assert r.status == GradeStatus.tampered and r.cause == "tampered"
+    assert r.reason.startswith("tampered: canary")
     assert g.reward_of(r) == 0.0 and not g.is_infra(r) and r.flags == ["x"]
     assert set(r.tests) == set(F2P + P2P)  # the canaries are the grader's, not the task's
 

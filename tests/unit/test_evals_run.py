@@ -3,20 +3,21 @@
 import pytest
 
 from swefleet.app.eval import _PatchPolicy, _record
-from swefleet.types import EpisodeStatus, GradeResult, GradeStatus, Task
+from swefleet.types import EpisodeStatus, GradeCause, GradeResult, GradeStatus, Task
 
 pytestmark = pytest.mark.unit
 TASK = Task(instance_id="t1", repo="x/x", problem_statement="p", patch="diff --git a/x b/x\n")
 
 
 class _Grader:
-    def __init__(self, error: Exception | None = None) -> None:
-        self.error = error
+    def __init__(self, error: Exception | None = None, result: GradeResult | None = None) -> None:
+        self.error, self.result = error, result
 
     async def grade(self, task, patch):
         if self.error:
             raise self.error
-        return GradeResult(instance_id=task.instance_id, status=GradeStatus.resolved)
+        return self.result or GradeResult(instance_id=task.instance_id,
+                                          status=GradeStatus.resolved, cause=GradeCause.tests)
 
 
 async def test_a_grader_exception_is_an_infra_error_record():
@@ -25,6 +26,19 @@ async def test_a_grader_exception_is_an_infra_error_record():
     assert traj.reason == "RuntimeError: docker: 500 Server Error" and traj.reward is None
     record = _record(TASK, 0, traj, 1.0)
     assert record["resolved"] is None and record["model_patch"] == TASK.patch
+
+
+@pytest.mark.parametrize(("cause", "status", "reward"), [
+    (GradeCause.infra, EpisodeStatus.infra_error, None),
+    (GradeCause.no_suite, EpisodeStatus.unresolved, 0.0),
+])
+async def test_only_an_infra_cause_makes_an_infra_error(cause, status, reward):
+    """The grade's cause decides, not its text: a suite that did not run while printing
+    `infra...` is the patch's failure, scored 0."""
+    grade = GradeResult(instance_id="t1", status=GradeStatus.error, cause=cause,
+                        reason="infrastructure-looking text")
+    traj = await _PatchPolicy("oracle")(TASK, _Grader(result=grade))
+    assert (traj.status, traj.reward, traj.reason) == (status, reward, grade.reason)
 
 
 async def test_oracle_resolves():
