@@ -38,7 +38,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from swefleet.inference.config import InferenceConfig
-from swefleet.inference.fleet import FleetClient, request_body
+from swefleet.inference.fleet import FleetClient
+from swefleet.inference.fleet_request import request_body
 from swefleet.inference.launch import start_scripted_server
 
 PROMPT = list(range(100, 612))  # 512 prompt tokens

@@ -127,7 +127,7 @@ async def timed_fleet(fleet, batch: list[list[int]], gen: int) -> dict:
 async def timed_plain(url: str, cfg, batch: list[list[int]], gen: int) -> dict:
     import aiohttp
     import orjson
-    from swefleet.inference.fleet import request_body
+    from swefleet.inference.fleet_request import request_body
 
     async with aiohttp.ClientSession() as http:
         async def one(p: list[int]) -> int:

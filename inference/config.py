@@ -191,8 +191,8 @@ class InferenceConfig(BaseModel):
     """Token ids that end a completion besides the model's EOS ids."""
     model_name: str = ""
     """`model` field sent with each request; empty sends none (the server's own model). The
-    embedded servers this project starts serve exactly this name (`--served-model-name`); a
-    server that does not serve it answers 404 and the request fails (`server_error`)."""
+    servers this project starts serve exactly this name (the embedded engine's
+    `served_model_names`, vLLM's `--served-model-name`); a server that does not serve it answers 404 and the request fails (`server_error`)."""
     max_connections: int = Field(1024, ge=1)
     """Most open HTTP connections of the client over all servers and pools."""
     server_api: Literal["swefleet", "vllm"] = "swefleet"

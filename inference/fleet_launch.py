@@ -24,7 +24,8 @@ from pathlib import Path
 
 import httpx
 from swefleet.inference.config import InferenceConfig, ServerSpec
-from swefleet.inference.launch import ServerHandle, configured_argv, spawn_server, wait_ready
+from swefleet.inference.engine.settings import EngineSettings
+from swefleet.inference.launch import ServerHandle, embedded_command, spawn_server, wait_ready
 from swefleet.inference.vllm_launch import (
     launch_env,
     launch_profile,
@@ -115,9 +116,9 @@ class ServerFleet:
 
     def _spawn_embedded(self, i: int, model_dir: str | Path, version: int) -> ServerHandle:
         spec = self.specs[i]
-        argv = configured_argv(
-            model_dir,
+        settings = EngineSettings.from_inference(
             self.config,
+            model_dir,
             port=self.ports[i],
             device=spec.device,
             policy_version=version,
@@ -126,7 +127,9 @@ class ServerFleet:
         env = dict(os.environ)
         if spec.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
-        return spawn_server(argv, host=self.config.host, log_path=self.log_path(i), env=env)
+        return spawn_server(
+            embedded_command(settings), host=settings.host, log_path=self.log_path(i), env=env
+        )
 
     def _spawn_vllm(self, i: int, model_dir: str | Path) -> ServerHandle:
         cfg, spec = self.config, self.specs[i]

@@ -1,9 +1,10 @@
 """Start inference servers as subprocesses (own process group) and stop them for sure.
 
-    with start_embedded_server(model_dir, device="cpu", log_path=run / "server.log") as server:
+    settings = EngineSettings(model_dir=model_dir, device="cpu")  # or .from_inference(...)
+    with start_embedded_server(settings, log_path=run / "server.log") as server:
         client = FleetClient([server.url], config)
 
-The server binds its port itself (`--port 0` picks a free one) and writes it to a port file;
+The server binds its port itself (port 0 picks a free one) and writes it to a port file;
 we wait for that file and then for `/health` to answer 200, within `startup_timeout_s`. If the
 process exits or the deadline passes first, the process group is killed and `ServerStartError`
 carries the tail of its log. `stop()` sends SIGTERM to the whole group, then SIGKILL.
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Self
 
 import httpx
-from swefleet.inference.config import InferenceConfig
+from swefleet.inference.engine.settings import EngineSettings
 
 from swefleet.procs import die_with_parent
 
@@ -195,115 +196,31 @@ def _check_running(proc: subprocess.Popen, log: Path, deadline: float) -> None:
         )
 
 
-def embedded_argv(
-    model_dir: str | Path,
-    port: int = 0,
-    device: str = "cpu",
-    *,
-    host: str = "127.0.0.1",
-    dtype: str = "auto",
-    max_batch_size: int = 16,
-    max_queue: int = 0,
-    policy_version: int = 0,
-    threads: int = 0,
-    kv_mode: str = "auto",
-    kv_capacity: int = 0,
-    cuda_graphs: bool = True,
-    served_model_name: str = "",
-    prefix_cache_mb: float = 1024.0,
-    gpu_memory_fraction: float | None = None,
-) -> list[str]:
-    """The `python -m swefleet.inference.engine.server` command (without `--port-file`)."""
+def embedded_command(settings: EngineSettings) -> list[str]:
+    """The embedded server's command (without `--port-file`): its settings as one document."""
     return [
         sys.executable,
         "-m",
         "swefleet.inference.engine.server",
-        "--model",
-        str(model_dir),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--device",
-        device,
-        "--dtype",
-        dtype,
-        "--max-batch-size",
-        str(max_batch_size),
-        "--max-queue",
-        str(max_queue),
-        "--policy-version",
-        str(policy_version),
-        "--threads",
-        str(threads),
-        "--kv-mode",
-        kv_mode,
-        "--kv-capacity",
-        str(kv_capacity),
-        *([] if cuda_graphs else ["--no-cuda-graphs"]),
-        *(["--served-model-name", served_model_name] if served_model_name else []),
-        "--prefix-cache-mb",
-        str(prefix_cache_mb),
-        *(["--gpu-memory-fraction", str(gpu_memory_fraction)] if gpu_memory_fraction else []),
+        "--settings",
+        settings.to_json(),
     ]
 
 
 def start_embedded_server(
-    model_dir: str | Path,
-    port: int = 0,
-    device: str = "cpu",
+    settings: EngineSettings,
     log_path: str | Path | None = None,
     *,
     startup_timeout_s: float = 300.0,
-    **engine: object,
 ) -> ServerHandle:
-    """Start `python -m swefleet.inference.engine.server` on `model_dir` and wait until it is healthy;
-    it serves `served_model_name` (empty: the directory's name) and 404s any other `model`.
-    `engine`: the keyword settings of `embedded_argv`."""
-    argv = embedded_argv(model_dir, port, device, **engine)  # type: ignore[arg-type]
-    host = str(engine.get("host", "127.0.0.1"))
-    return start_server(argv, host=host, log_path=log_path, startup_timeout_s=startup_timeout_s)
-
-
-def configured_argv(
-    model_dir: str | Path,
-    config: InferenceConfig,
-    *,
-    port: int = 0,
-    device: str | None = None,
-    policy_version: int = 0,
-    gpu_memory_fraction: float | None = None,
-) -> list[str]:
-    """An embedded server's command with every engine setting taken from `config`; it serves
-    `config.model_name`, the name the fleet client sends."""
-    return embedded_argv(
-        model_dir,
-        port,
-        config.device if device is None else device,
-        host=config.host,
-        dtype=config.dtype,
-        max_batch_size=config.max_batch_size,
-        max_queue=config.max_queue,
-        policy_version=policy_version,
-        threads=config.cpu_threads,
-        kv_mode=config.kv_mode,
-        kv_capacity=config.kv_capacity,
-        cuda_graphs=config.cuda_graphs,
-        served_model_name=config.model_name,
-        prefix_cache_mb=config.prefix_cache_mb,
-        gpu_memory_fraction=gpu_memory_fraction,
-    )
-
-
-def start_configured_server(
-    model_dir: str | Path, config: InferenceConfig, log_path: str | Path | None, index: int = 0
-) -> ServerHandle:
-    """The `index`-th embedded server with every engine setting taken from `config` (tests and
-    tools; `swefleet rl`/`eval` launch their fleet with `inference.fleet_launch`)."""
-    port = config.port + index if config.port else 0
-    argv = configured_argv(model_dir, config, port=port)
+    """Start the embedded server of `settings` and wait until it is healthy; it serves
+    `settings.served_model_names` (empty: the directory's name) and 404s any other `model`.
+    A fleet's servers: `EngineSettings.from_inference(config, model_dir, ...)`."""
     return start_server(
-        argv, host=config.host, log_path=log_path, startup_timeout_s=config.startup_timeout_s
+        embedded_command(settings),
+        host=settings.host,
+        log_path=log_path,
+        startup_timeout_s=startup_timeout_s,
     )
 
 

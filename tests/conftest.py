@@ -90,11 +90,13 @@ def model_dir(tmp_path_factory):
 def server(model_dir, tmp_path_factory, request):
     """An embedded server on `model_dir` for a module's tests (one thread; batch size: the
     module's `SERVER_MAX_BATCH_SIZE`, else 8); its log in a folder named after the module."""
+    from swefleet.inference.engine.settings import EngineSettings
     from swefleet.inference.launch import start_embedded_server
 
     batch = getattr(request.module, "SERVER_MAX_BATCH_SIZE", 8)
     log = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "server.log"
-    with start_embedded_server(model_dir, log_path=log, threads=1, max_batch_size=batch) as handle:
+    settings = EngineSettings(model_dir=model_dir, threads=1, max_batch_size=batch)
+    with start_embedded_server(settings, log_path=log) as handle:
         yield handle
 
 

@@ -1,6 +1,11 @@
 """OpenAI-compatible HTTP server around the embedded engine (FastAPI + uvicorn).
 
-    python -m swefleet.inference.engine.server --model DIR --host 127.0.0.1 --port P [--device cpu]
+    python -m swefleet.inference.engine.server --settings '{"model_dir": "DIR", "port": 8000}'
+
+Every setting of the process is one `EngineSettings` JSON document (`inference/engine/settings.py`,
+validated here by the same model: a bad one exits 2 with one line); `--port-file F`: write the
+bound port to F once serving (`"port": 0` picks a free one). Launchers build the document with
+`EngineSettings.from_inference` and `inference.launch.embedded_command`.
 
 Endpoints: POST /v1/completions (vLLM-shaped, `stream: true` too, see `inference/wire.py` and
 `inference/engine/stream.py`), GET /v1/models,
@@ -9,7 +14,7 @@ POST /update_weights {"path", "version", "abort_in_flight"}; weight sync by broa
 (`nccl_receiver.py`): GET /get_world_size, POST /init_weight_transfer_engine {"init_info"},
 POST /receive_weights {"version", "abort_in_flight", "update_info"}.
 
-Model names, as vLLM: the server serves the names /v1/models lists (`--served-model-name`, one
+Model names, as vLLM: the server serves the names /v1/models lists (`served_model_names`, one
 or more; default: the checkpoint directory's name), answers with the first, and refuses any
 other `model` of /v1/completions and /tokenize with 404 NotFoundError; no `model` (or "") is
 the served model.
@@ -44,6 +49,7 @@ from swefleet.inference.engine.nccl_receiver import (
     TransferError,
     WeightReceiver,
 )
+from swefleet.inference.engine.settings import EngineSettings
 from swefleet.inference.engine.stream import (
     ChunkWriter,
     EngineStreamResponse,
@@ -373,100 +379,65 @@ def create_app(
     return app
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def _parse(argv: list[str] | None) -> tuple[EngineSettings, str]:
+    """The settings document and the port file; a bad document exits 2 with one line."""
     p = argparse.ArgumentParser(
         prog="python -m swefleet.inference.engine.server",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", required=True, help="HF-format checkpoint directory")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument(
+        "--settings",
+        required=True,
+        help="the server's EngineSettings as one JSON document (inference/engine/settings.py)",
+    )
     p.add_argument("--port-file", default="", help="write the bound port here once serving")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--max-batch-size", type=int, default=16)
-    p.add_argument(
-        "--max-queue", type=int, default=0, help="503 beyond this many waiting; 0: no cap"
+    args = p.parse_args(argv)
+    try:
+        return EngineSettings.from_json(args.settings), args.port_file
+    except ValueError as exc:
+        p.exit(2, f"{p.prog}: error: {exc}\n")
+
+
+def build_engine(loaded: LoadedModel, settings: EngineSettings) -> Engine:
+    """The engine of `settings` over the loaded model (not started)."""
+    return Engine(
+        loaded.model,
+        loaded.eos_ids,
+        max_model_len=loaded.max_model_len,
+        max_batch_size=settings.max_batch_size,
+        max_queue=settings.max_queue,
+        policy_version=settings.policy_version,
+        kv_mode=settings.kv_mode,
+        kv_capacity=settings.kv_capacity,
+        cuda_graphs=settings.cuda_graphs,
+        prefix_cache=settings.prefix_cache,
+        prefix_cache_bytes=int(settings.prefix_cache_mb * (1 << 20)),
+        routed_experts=settings.routed_experts,
+        gpu_memory_fraction=settings.gpu_memory_fraction,
     )
-    p.add_argument("--policy-version", type=int, default=0, help="version of the initial weights")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch default")
-    p.add_argument(
-        "--kv-mode",
-        default="auto",
-        choices=["auto", "dynamic", "static"],
-        help="KV cache backend; auto: static (CUDA graphs) on CUDA for Llama-family models",
-    )
-    p.add_argument(
-        "--kv-capacity", type=int, default=0, help="static cache tokens per slot; 0: auto"
-    )
-    p.add_argument("--no-cuda-graphs", action="store_true", help="static cache, eager decode")
-    p.add_argument(
-        "--no-prefix-cache",
-        action="store_true",
-        help="do not reuse a finished request's K/V for a later prompt's prefix",
-    )
-    p.add_argument(
-        "--prefix-cache-mb",
-        type=float,
-        default=1024,
-        help="dynamic cache: most MiB of finished requests' K/V kept for prefix reuse (LRU)",
-    )
-    p.add_argument(
-        "--no-routed-experts",
-        action="store_true",
-        help="MoE models: do not return routed experts (returned by default, vLLM's format)",
-    )
-    p.add_argument(
-        "--served-model-name",
-        nargs="+",
-        default=[],
-        help="model name(s) served (as vLLM); default: the checkpoint directory's name",
-    )
-    p.add_argument(
-        "--gpu-memory-fraction",
-        type=float,
-        default=None,
-        help="static cache on CUDA: size the KV cache to this share of the GPU (minus the "
-        "weights); default: half the free memory",
-    )
-    p.add_argument("--log-level", default="info")
-    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     from swefleet.inference.engine.model import load_model
 
-    args = _parse(argv)
+    settings, port_file = _parse(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args.threads:
+    if settings.threads:
         import torch
 
-        torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype)
-    engine = Engine(
-        loaded.model,
-        loaded.eos_ids,
-        max_model_len=loaded.max_model_len,
-        max_batch_size=args.max_batch_size,
-        max_queue=args.max_queue,
-        policy_version=args.policy_version,
-        kv_mode=args.kv_mode,
-        kv_capacity=args.kv_capacity,
-        cuda_graphs=not args.no_cuda_graphs,
-        prefix_cache=not args.no_prefix_cache,
-        prefix_cache_bytes=int(args.prefix_cache_mb * (1 << 20)),
-        routed_experts=not args.no_routed_experts,
-        gpu_memory_fraction=args.gpu_memory_fraction,
-    )
+        torch.set_num_threads(settings.threads)
+    loaded = load_model(settings.model_dir, device=settings.device, dtype=settings.dtype)
+    engine = build_engine(loaded, settings)
     loaded.max_model_len = engine.max_model_len
     engine.start()
-    app = create_app(loaded, engine, args.served_model_name)
-    log.info("serving %s on %s:%d", args.model, args.host, args.port)
+    app = create_app(loaded, engine, settings.served_model_names)
+    log.info("serving %s on %s:%d", settings.model_dir, settings.host, settings.port)
     try:
-        serve(app, args.host, args.port, args.port_file)
+        serve(app, settings.host, settings.port, port_file)
     finally:
         engine.shutdown()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from swefleet.inference.config import InferenceConfig
+from swefleet.inference.engine.settings import EngineSettings
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server
 from swefleet.inference.testing import tiny_checkpoint
@@ -35,8 +36,9 @@ async def test_nccl_broadcast_serves_exactly_the_exported_weights(tmp_path):
             p.add_(0.3 * p.float().std() * torch.randn(p.shape, generator=g, device="cuda"))
     weights = tmp_path / "weights"
     weights.mkdir()
-    with start_embedded_server(model_dir, device="cuda:1", dtype="float32", kv_mode="dynamic",
-                               log_path=tmp_path / "server.log") as server:
+    settings = EngineSettings(model_dir=model_dir, device="cuda:1", dtype="float32",
+                              kv_mode="dynamic")
+    with start_embedded_server(settings, log_path=tmp_path / "server.log") as server:
         async with FleetClient([server.url], InferenceConfig(update_timeout_s=120)) as fleet:
             group = TransferGroup(master_address="127.0.0.1", master_port=free_port("127.0.0.1"),
                                   world_size=await fleet.weight_sync_world_size(),

@@ -24,6 +24,7 @@ from swefleet.agents.loop import run_episode
 from swefleet.agents.scaffolds import make_scaffold
 from swefleet.agents.tokenizer import Tokenizer
 from swefleet.inference.config import InferenceConfig
+from swefleet.inference.engine.settings import EngineSettings
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server
 from swefleet.inference.testing import tiny_checkpoint
@@ -95,7 +96,8 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("agents-engine") / "server.log"
-    with start_embedded_server(model_dir, log_path=log, threads=1, max_batch_size=8) as handle:
+    settings = EngineSettings(model_dir=model_dir, threads=1, max_batch_size=8)
+    with start_embedded_server(settings, log_path=log) as handle:
         yield handle
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from swefleet.inference.config import InferenceConfig
-from swefleet.inference.launch import start_configured_server
+from swefleet.inference.engine.settings import EngineSettings
+from swefleet.inference.launch import start_embedded_server
 from swefleet.inference.testing import tiny_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -29,7 +30,8 @@ def model_dir(tmp_path_factory):
 def server(model_dir, tmp_path_factory):
     cfg = InferenceConfig(model_name=SERVED, cpu_threads=1, max_batch_size=2)
     log = tmp_path_factory.mktemp("evals-served-logs") / "server.log"
-    with start_configured_server(model_dir, cfg, log) as handle:
+    settings = EngineSettings.from_inference(cfg, model_dir)
+    with start_embedded_server(settings, log, startup_timeout_s=cfg.startup_timeout_s) as handle:
         yield handle
 
 

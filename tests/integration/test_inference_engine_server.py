@@ -10,6 +10,7 @@ import httpx
 import pytest
 import torch
 from swefleet.inference.config import InferenceConfig
+from swefleet.inference.engine.settings import EngineSettings
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server
 from swefleet.inference.protocol import CancelReason, RequestCancelled
@@ -139,12 +140,13 @@ async def test_concurrent_requests_are_batched_and_match_single(server, http):
 def test_prefix_cache_over_http(model_dir, ref_model, tmp_path, kv_mode, prefix_mb, cached):
     """Both KV caches: the second turn of a conversation reuses the first turn's K/V; the
     response says how many prompt tokens were cached and /metrics counts them as vLLM does.
-    `--prefix-cache-mb 0` turns the dynamic cache's reuse off."""
+    `prefix_cache_mb=0` turns the dynamic cache's reuse off."""
     log = tmp_path / f"{kv_mode}.log"
     with (
         start_embedded_server(
-            model_dir, log_path=log, threads=1, max_batch_size=4, kv_mode=kv_mode, kv_capacity=512,
-            prefix_cache_mb=prefix_mb,
+            EngineSettings(model_dir=model_dir, threads=1, max_batch_size=4, kv_mode=kv_mode,
+                           kv_capacity=512, prefix_cache_mb=prefix_mb),
+            log_path=log,
         ) as handle,
         httpx.Client(base_url=handle.url, trust_env=False, timeout=60) as http,
     ):

@@ -9,8 +9,9 @@ import time
 import httpx
 import pytest
 from swefleet.inference.config import InferenceConfig
+from swefleet.inference.engine.settings import EngineSettings
 from swefleet.inference.fleet import FleetClient
-from swefleet.inference.launch import start_configured_server
+from swefleet.inference.launch import start_embedded_server
 from swefleet.inference.protocol import CancelReason, RequestCancelled
 from swefleet.inference.testing import tiny_checkpoint
 
@@ -34,7 +35,8 @@ def model_dir(tmp_path_factory):
 def server(model_dir, tmp_path_factory):
     cfg = InferenceConfig(model_name=SERVED, cpu_threads=1, max_batch_size=4)
     log = tmp_path_factory.mktemp("model-name-logs") / "server.log"
-    with start_configured_server(model_dir, cfg, log) as handle:
+    settings = EngineSettings.from_inference(cfg, model_dir)
+    with start_embedded_server(settings, log, startup_timeout_s=cfg.startup_timeout_s) as handle:
         yield handle
 
 

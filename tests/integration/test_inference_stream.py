@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 from swefleet.inference.config import InferenceConfig
+from swefleet.inference.engine.settings import EngineSettings
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server, start_scripted_server
 from swefleet.inference.protocol import CancelReason, RequestCancelled
@@ -29,9 +30,8 @@ def engine(tmp_path_factory):
     log = tmp_path_factory.mktemp("stream-logs") / "engine.log"
     # no prefix reuse: the streamed request resends the unstreamed one's prompt, and a prefix
     # hit computes the same logprobs in another order (equal within ~1e-6, not bit for bit)
-    with start_embedded_server(
-        model, log_path=log, threads=1, max_batch_size=4, prefix_cache_mb=0
-    ) as handle:
+    settings = EngineSettings(model_dir=model, threads=1, max_batch_size=4, prefix_cache_mb=0)
+    with start_embedded_server(settings, log_path=log) as handle:
         yield handle
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from swefleet.inference.config import InferenceConfig
+from swefleet.inference.engine.settings import EngineSettings
 from swefleet.inference.fleet import FleetClient
 from swefleet.inference.launch import start_embedded_server
 from swefleet.orchestrator.advantages import trajectory_samples
@@ -49,7 +50,8 @@ def test_routed_experts_over_http_into_a_replayed_batch(tmp_path):
     from swefleet.trainer.titan import load_policy
 
     ckpt = create_tiny_model(tmp_path / "tiny-moe", preset="tiny-moe")
-    with start_embedded_server(ckpt, log_path=tmp_path / "server.log", threads=1) as server:
+    with start_embedded_server(EngineSettings(model_dir=ckpt, threads=1),
+                               log_path=tmp_path / "server.log") as server:
         turns = asyncio.run(_two_turns(server.url))
     end = 0
     for turn in turns:

@@ -10,7 +10,6 @@ from pydantic import ValidationError
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.routing import Router, ServerState
 
-
 pytestmark = pytest.mark.unit
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.disagg import decode_body, prefill_body
-from swefleet.inference.fleet import request_body
+from swefleet.inference.fleet_request import request_body
 from swefleet.inference.vllm_launch import (
     SERVER_ENV,
     VLLM_VERSION,

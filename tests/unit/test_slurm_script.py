@@ -149,10 +149,12 @@ def test_submit_writes_the_job_and_its_config(capsys, monkeypatch, tmp_path):
 
 
 def test_embedded_server_command_binds_its_host_and_port():
+    from swefleet.inference.engine.settings import EngineSettings
+
     from swefleet.app.slurm.roles import _embedded_command
 
     cfg = job_config(CPU, ["slurm.server_port=9100", "inference.num_servers=2"], None, "/r")
     place = server_places(cfg)[1]
     argv, _ = _embedded_command(cfg, place, "node7")
-    assert argv[argv.index("--host") + 1] == "node7" and argv[argv.index("--port") + 1] == "9101"
-    assert argv[argv.index("--model") + 1] == "/r/model"
+    settings = EngineSettings.from_json(argv[argv.index("--settings") + 1])
+    assert (settings.host, settings.port, settings.model_dir) == ("node7", 9101, "/r/model")

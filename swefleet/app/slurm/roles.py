@@ -54,11 +54,14 @@ def serve(cfg: RunConfig, hosts: list[str], index: int) -> int:
 
 
 def _embedded_command(cfg: RunConfig, place: layout.ServerPlace, host: str):
-    from swefleet.inference.launch import configured_argv
+    from swefleet.inference.engine.settings import EngineSettings
+    from swefleet.inference.launch import embedded_command
 
     inf = cfg.inference.model_copy(update={"host": host})
-    argv = configured_argv(cfg.model.path, inf, port=place.port, device=place.spec.device,
-                           gpu_memory_fraction=place.spec.gpu_memory_fraction)  # fmt: skip
+    settings = EngineSettings.from_inference(inf, cfg.model.path, port=place.port,
+                                             device=place.spec.device,
+                                             gpu_memory_fraction=place.spec.gpu_memory_fraction)
+    argv = embedded_command(settings)
     env = dict(os.environ)
     if place.spec.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, place.spec.gpus))
