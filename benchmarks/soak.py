@@ -533,6 +533,10 @@ def _wait_gone(pids: list[int], timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+def _interrupted(signum: int, _frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--short", action="store_true", help=">= 60 episodes, every fault once")
@@ -546,6 +550,9 @@ def main(argv: list[str] | None = None) -> dict:
     args.rounds = args.rounds or (1 if args.short else 8)
     args.timeout_s = args.timeout_s or (1200 if args.short else 6 * 3600)
     soak = Soak(args)
+    # a soak stopped with SIGTERM (like Ctrl-C) tears down what it started: `swefleet rl` leads
+    # its own process group, so it would outlive this process otherwise
+    signal.signal(signal.SIGTERM, _interrupted)
     soak.setup()
     try:
         result = soak.run()
