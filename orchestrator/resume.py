@@ -82,6 +82,17 @@ def settle_unfinished(run_dir: RunDir) -> int:
     return n
 
 
+def remove_torn_batches(run_dir: RunDir) -> list[str]:
+    """Remove the temp files of batch writes a killed run left (`batches/.<name>.tmp-*`:
+    `swefleet.rundir.write_atomic` writes there first); the orchestrator is the only writer of
+    `batches/`, so at its start none is in progress. Returns the removed names."""
+    removed = []
+    for path in sorted(run_dir.batches.glob(".*.tmp-*")) if run_dir.batches.is_dir() else []:
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
+
+
 def find_resume_point(run_dir: RunDir) -> ResumePoint:
     steps = contiguous_count(lambda i: run_dir.batch_path(i).exists())
     # broadcast versions are gone with the servers; a version not yet durable may be torn

@@ -90,7 +90,11 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     from swefleet.agents.tokenizer import Tokenizer
     from swefleet.app.servers import open_fleet
     from swefleet.orchestrator.loop import RLLoop
-    from swefleet.orchestrator.resume import find_resume_point, settle_unfinished
+    from swefleet.orchestrator.resume import (
+        find_resume_point,
+        remove_torn_batches,
+        settle_unfinished,
+    )
     from swefleet.orchestrator.summary import print_step, print_summary
     from swefleet.orchestrator.trainer_proc import (
         TrainerMetricsTail,
@@ -110,6 +114,10 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         if settled:
             log.info("%d episodes of the previous run never finished: recorded as cancelled",
                      settled)
+        torn = remove_torn_batches(run_dir)
+        if torn:
+            log.info("removed %d torn batch write(s) of the previous run: %s", len(torn),
+                     ", ".join(torn))
         resume = find_resume_point(run_dir)
         if not resume.fresh:
             log.info("resuming at step %d, policy v%d, %d finished groups not yet trained on",
