@@ -26,6 +26,11 @@ class TrainerConfig(BaseModel):
     """AdamW decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW (beta1, beta2)."""
+    eps: float = Field(1e-8, gt=0)
+    """AdamW's epsilon (added to the root of the second moment). In the first steps of a fresh
+    optimizer every weight with any gradient moves by about `lr` (the update is near
+    sign(gradient)); an `eps` above the typical gradient scales the updates of weights whose
+    gradients are smaller than it down with their gradient."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Clip the global L2 gradient norm to this value before each optimizer step."""
     loss: Literal["dapo", "cispo", "sft"] = "dapo"

@@ -31,7 +31,8 @@ def build_optimizer(policy: titan.Policy, cfg: TrainerConfig) -> torch.optim.Opt
     params = [p for p in policy.model.parameters() if p.requires_grad]
     fused = next(iter(params)).device.type == "cuda"
     return torch.optim.AdamW(
-        params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=fused
+        params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
+        fused=fused,
     )
 
 

@@ -76,3 +76,20 @@ def test_fixed_tiny_run_matches_the_golden_losses(tmp_path):
         for key in KEYS:
             assert g[key] == pytest.approx(w[key], rel=1e-4, abs=1e-6), (step, key, g, w)
     assert got[0]["loss"] != got[-1]["loss"]  # the run really updates the weights
+
+
+def test_adam_eps_reaches_the_optimizer_and_damps_small_gradient_updates(tmp_path):
+    """`trainer.eps` is AdamW's epsilon: with it far above the gradients, the first update is
+    a scaled gradient, not ~lr * sign(gradient) for every weight."""
+    moved = {}
+    for eps in (1e-8, 1.0):
+        cfg = TrainerConfig(device="cpu", lr=1e-3, eps=eps, micro_batch_tokens=48)
+        policy = load_policy(_model(tmp_path / str(eps)), torch.device("cpu"), "sdpa")
+        optimizer = build_optimizer(policy, cfg)
+        assert optimizer.param_groups[0]["eps"] == eps
+        before = [p.detach().clone() for p in policy.model.parameters()]
+        train_step(policy, optimizer, _batch(0), cfg)
+        moved[eps] = max(float((p.detach() - b).abs().max())
+                         for p, b in zip(policy.model.parameters(), before))
+    assert moved[1e-8] == pytest.approx(1e-3, rel=0.05)  # sign-like: the largest step is lr
+    assert moved[1.0] < 1e-4
