@@ -230,6 +230,10 @@ class FarmConfig(BaseModel):
     (`DOCKER_HOST` or the default socket)."""
     host_check_interval_s: float = Field(2.0, gt=0)
     """Period of the health probe (`/_ping`) of every host; one that does not answer is drained."""
+    host_readmit_s: float = Field(60.0, gt=0)
+    """A drained host is probed again this long after it was drained (and again this long after
+    each failed try) and re-admitted when its engine answers (a restarted engine, a network
+    that came back); `inf` keeps a drained host out for the rest of the run."""
     host_failures: int = Field(3, ge=1)
     """Engine errors in a row (creating or reaching a sandbox, not a command's failure) after
     which a host that still answers its probe is drained anyway."""

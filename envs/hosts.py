@@ -7,7 +7,8 @@
 
 A host is drained (no new sandboxes, `drain` listeners told, e.g. the farm fails the sandboxes
 it has there) when its engine does not answer its probe, or after `max_failures` engine errors
-in a row. A drained host stays drained for the life of the `HostSet`. Without configured hosts
+in a row. A drained host is probed again `readmit_s` after it was drained and re-admitted when
+its engine answers (its client is made anew; its images are checked again). Without configured hosts
 the set holds one host: the local engine from the environment, with no cap of its own.
 
 Counters are changed under a lock (the grader calls in from its threads). `docker` is imported
@@ -21,6 +22,7 @@ import atexit
 import functools
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -63,6 +65,10 @@ class Host:
         self.failures = 0
         self.drained = ""
         """Why the host was drained; empty while it is healthy."""
+        self.drained_at = 0.0
+        """`time.monotonic()` when it was drained."""
+        self.readmitted = 0
+        """How many times it was re-admitted after a drain."""
         self._timeout_s, self._max_pool_size = timeout_s, max_pool_size
         self._client = client
         self._link: Callable[[], None] | None = None
@@ -114,14 +120,17 @@ class Host:
 class HostSet:
     """The hosts of one farm (and its grader); see the module docstring."""
 
-    def __init__(self, hosts: list[Host], *, max_failures: int = 3, drainable: bool = True) -> None:
+    def __init__(self, hosts: list[Host], *, max_failures: int = 3, drainable: bool = True,
+                 readmit_s: float | None = 60.0) -> None:
         """`drainable`: False keeps every host in placement whatever fails (the local engine
-        alone: the behaviour without configured hosts)."""
+        alone: the behaviour without configured hosts). `readmit_s`: how long a drained host
+        stays out before `check` probes it again (None: for good)."""
         if not hosts:
             raise ValueError("a HostSet needs at least one host")
         self.hosts = hosts
         self.max_failures = max_failures
         self.drainable = drainable
+        self.readmit_s = readmit_s
         self.listeners: list[Callable[[Host], None]] = []
         self._lock = threading.Lock()
         self._images: dict[tuple[str, str], threading.Lock] = {}
@@ -135,7 +144,8 @@ class HostSet:
         kw: dict[str, Any] = {"timeout_s": config.docker_timeout_s, "max_pool_size": pool}
         if not config.hosts:
             return cls([Host(None, client=client, **kw)], drainable=False)
-        return cls([Host(h, **kw) for h in config.hosts], max_failures=config.host_failures)
+        return cls([Host(h, **kw) for h in config.hosts], max_failures=config.host_failures,
+                   readmit_s=config.host_readmit_s)
 
     def healthy(self) -> list[Host]:
         return [h for h in self.hosts if not h.drained]
@@ -227,6 +237,7 @@ class HostSet:
             if host.drained or not self.drainable:
                 return False
             host.drained = reason or "drained"
+            host.drained_at = time.monotonic()
         log.warning("Docker host %s drained: %s", host.name, host.drained)
         for listener in list(self.listeners):
             listener(host)
@@ -250,13 +261,38 @@ class HostSet:
         return self.drain(host, cause + ("" if why else str(error)[:300]))
 
     def check(self) -> list[Host]:
-        """Probe every healthy host (blocking); drain those that do not answer."""
+        """Probe every healthy host (blocking); drain those that do not answer. Then probe the
+        drained ones due again (`readmit_s`) and re-admit those that answer. Returns the hosts
+        drained by this check."""
         drained = []
         for host in self.healthy():
             why = host.probe()
             if why and self.drain(host, f"engine does not answer: {why}"):
                 drained.append(host)
+        for host in self._due_for_readmission():
+            self._try_readmit(host)
         return drained
+
+    def _due_for_readmission(self) -> list[Host]:
+        if self.readmit_s is None or math.isinf(self.readmit_s):
+            return []
+        now = time.monotonic()
+        return [h for h in self.hosts if h.drained and now - h.drained_at >= self.readmit_s]
+
+    def _try_readmit(self, host: Host) -> bool:
+        """Re-admit `host` when a fresh client reaches its engine; False (still drained) if not."""
+        host.close()  # the old connection (tunnel, relay, pool) may be dead with the engine
+        why = host.probe()
+        if why:
+            host.close()
+            host.drained_at = time.monotonic()  # next try `readmit_s` from now
+            return False
+        with self._lock:
+            host.drained, host.failures = "", 0
+            host.readmitted += 1
+            self._placed = {key for key in self._placed if key[0] != host.name}
+        log.warning("Docker host %s answers again: re-admitted", host.name)
+        return True
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -264,6 +300,7 @@ class HostSet:
             key = re.sub(r"[^a-zA-Z0-9_.-]+", "_", h.name)
             out[f"env/host/{key}/sandboxes"] = float(h.sandboxes)
             out[f"env/host/{key}/healthy"] = 0.0 if h.drained else 1.0
+            out[f"env/host/{key}/readmitted"] = float(h.readmitted)
         return out
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ import socketserver
 import ssl
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -188,6 +189,54 @@ def test_an_answering_engine_is_drained_only_after_errors_in_a_row(engine):
     hosts.close()
 
 
+class _ClosingEngine(_Engine):
+    """The engine stand-in, one connection per request: once it stops, nothing answers."""
+
+    protocol_version = "HTTP/1.0"
+
+
+def _serve(path) -> _UnixServer:
+    server = _UnixServer(str(path), _ClosingEngine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_drained_host_whose_engine_answers_again_is_readmitted(tmp_path):
+    """An engine that was down (restarted, say) comes back: after `host_readmit_s` the health
+    check reconnects to it and puts it back into placement; down again, it is drained again."""
+    path = tmp_path / "docker.sock"
+    hosts = _set(2, url=f"unix://{path}", host_readmit_s=0.3)
+    host = hosts.hosts[0]
+    assert hosts.check() == [host] and host.drained and hosts.pick() is None
+    server = _serve(path)
+    try:
+        assert hosts.check() == [] and host.drained  # not due yet: drained 0.3 s ago at most
+        time.sleep(0.35)
+        assert hosts.check() == [] and not host.drained and host.readmitted == 1
+        assert hosts.pick() is host and hosts.metrics()["env/host/h0/readmitted"] == 1.0
+    finally:
+        server.shutdown()
+        server.server_close()
+        path.unlink()
+    assert hosts.check() == [host] and "does not answer" in host.drained
+    time.sleep(0.35)
+    assert hosts.check() == [] and host.drained and host.readmitted == 1  # still down: kept out
+    hosts.close()
+
+
+def test_without_readmission_a_drained_host_stays_out(tmp_path):
+    path = tmp_path / "docker.sock"
+    hosts = _set(1, url=f"unix://{path}", host_readmit_s=float("inf"))
+    assert hosts.check() == hosts.hosts
+    server = _serve(path)
+    try:
+        assert hosts.check() == [] and hosts.hosts[0].drained
+    finally:
+        server.shutdown()
+        server.server_close()
+    hosts.close()
+
+
 def test_without_configured_hosts_the_local_engine_is_never_drained():
     hosts = HostSet.from_config(FarmConfig(), client=object())
     local = hosts.hosts[0]
@@ -267,5 +316,7 @@ def test_host_repr_and_metrics():
     hosts.reserve()
     hosts.drain(hosts.hosts[1], "down")
     assert hosts.metrics() == {"env/host/h0/sandboxes": 1.0, "env/host/h0/healthy": 1.0,
-                               "env/host/h1/sandboxes": 0.0, "env/host/h1/healthy": 0.0}
+                               "env/host/h0/readmitted": 0.0,
+                               "env/host/h1/sandboxes": 0.0, "env/host/h1/healthy": 0.0,
+                               "env/host/h1/readmitted": 0.0}
     assert "drained: down" in repr(hosts.hosts[1]) and isinstance(hosts.hosts[0], Host)
