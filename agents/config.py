@@ -37,6 +37,12 @@ class AgentConfig(BaseModel):
     episode_timeout_s: float | None = Field(default=3600.0, gt=0)
     """Wall-clock limit of the episode (model calls + commands); None for no limit. Reaching it
     ends the episode with `limit_time`. `run_episode(deadline_s=...)` can tighten it."""
+    grade_unsubmitted: bool = True
+    """RL reward (`swefleet rl`): grade the patch of an episode that ended without the agent
+    submitting (`limit_steps`, `format_errors`), as SWE-bench's harness grades whatever patch a
+    run leaves. False: such an episode scores 0 without grading, a reward that pays only for a
+    submitted fix, so a lucky patch followed by malformed turns is not reinforced. `swefleet
+    eval` always grades."""
     scaffold: Literal["bash", "tools"] = "bash"
     """Action format: `bash` = exactly one ```bash fenced block per reply (mini-swe-agent style);
     `tools` = exactly one Qwen3-style `<tool_call>{"name": ..., "arguments": ...}</tool_call>`

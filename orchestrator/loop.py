@@ -162,7 +162,7 @@ class RLLoop:
     async def _await_group(self, runs: list[asyncio.Task], handles: list[RolloutHandle]) -> None:
         """Wait for the group; once half of it has finished, a member still running after
         `straggler_grace` x the slowest finished member's duration (each timed from its own
-        start) is cut: cancelled, masked, counted."""
+        start) is cut: cancelled, masked, counted. A member being graded is never cut."""
         grace = self.cfg.straggler_grace
         pending, slowest = set(runs), 0.0
         quorum = (len(runs) + 1) // 2
@@ -171,7 +171,8 @@ class RLLoop:
             cut_at = {}
             if grace is not None and len(runs) - len(pending) >= quorum:
                 cut_at = {r: by_run[r].started_at + grace * slowest for r in pending
-                          if by_run[r].started_at is not None and by_run[r].drop_reason is None}
+                          if by_run[r].started_at is not None and by_run[r].drop_reason is None
+                          and not by_run[r].grading}
             timeout = max(0.0, min(cut_at.values()) - time.monotonic()) if cut_at else None
             done, pending = await asyncio.wait(pending, timeout=timeout,
                                                return_when=asyncio.FIRST_COMPLETED)
@@ -182,6 +183,8 @@ class RLLoop:
             now = time.monotonic()
             for r in [r for r in pending if r in cut_at and cut_at[r] <= now]:
                 h = by_run[r]
+                if h.grading:  # its agent ended since the deadline was set
+                    continue
                 h.drop_reason = EpisodeStatus.cancelled
                 h.drop_note = f"straggler cut after {now - h.started_at:.1f}s"
                 self._count_drop("straggler", [h.episode_id])

@@ -33,9 +33,13 @@ class RolloutHandle:
     drop_reason: EpisodeStatus | None = None
     """Set before cancelling the episode to say why (dropped_stale, cancelled)."""
     drop_note: str = ""
+    """Detail recorded as the trajectory's reason when the scheduler drops the episode."""
     started_at: float | None = None
     """`time.monotonic()` when the episode got its slot and started."""
-    """Detail recorded as the trajectory's reason when the scheduler drops the episode."""
+    grading: bool = False
+    """The agent has ended and the patch is being graded (bounded by the grader's own timeout):
+    no longer a straggler candidate, so the straggler cut cannot favour the episodes that end
+    without grading (failures, with `agent.grade_unsubmitted = false`)."""
 
 
 Sink = Callable[[Trajectory], None]
@@ -78,10 +82,8 @@ async def run_rollout(
             )
             traj.timings["sandbox"] = t_sandbox
             traj.image_user = getattr(sandbox, "image_user", "")
-        if traj.status in GRADED:
-            await _grade(ctx, task, traj)
-        elif traj.status == EpisodeStatus.limit_disk:
-            traj.reward = 0.0  # the agent broke its sandbox: scored, nothing left to grade
+        handle.grading = True
+        await _score(ctx, task, traj)
     except asyncio.CancelledError:
         traj = ended[-1] if ended else traj
         traj.status, traj.reward = EpisodeStatus.cancelled, None
@@ -97,6 +99,17 @@ async def run_rollout(
         traj.timings["total"] = time.monotonic() - t0
         sink(traj)
     return traj
+
+
+async def _score(ctx: RolloutContext, task: Task, traj: Trajectory) -> None:
+    """The reward of an ended episode: graded, 0 without grading, or none (masked)."""
+    submitted = traj.status == EpisodeStatus.unresolved
+    if traj.status in GRADED and (submitted or ctx.agent.grade_unsubmitted):
+        await _grade(ctx, task, traj)
+    elif traj.status in GRADED:
+        traj.reward = 0.0  # ended without submitting, and only submitted fixes are paid
+    elif traj.status == EpisodeStatus.limit_disk:
+        traj.reward = 0.0  # the agent broke its sandbox: scored, nothing left to grade
 
 
 async def _grade(ctx: RolloutContext, task: Task, traj: Trajectory) -> None:

@@ -76,6 +76,49 @@ async def test_hung_episode_is_cut_and_never_holds_a_batch(tmp_path):
     assert cut and all(e["status"] == "cancelled" and e["reward"] is None for e in cut)
 
 
+async def test_an_episode_being_graded_is_not_cut_as_a_straggler(tmp_path):
+    """Failures that skip grading end fast; a success still in grading must not be cut for it
+    (that would drop exactly the rewarded episodes)."""
+    cfg = OrchestratorConfig(steps=1, groups_per_step=1, rollouts_per_task=4,
+                             max_concurrent_episodes=4, straggler_grace=2.0, async_level=0)
+    started: list[str] = []
+
+    async def rollout(task, handle, group_id, sink):
+        started.append(handle.episode_id)
+        traj = Trajectory(episode_id=handle.episode_id, task_id=task.instance_id,
+                          group_id=group_id)
+        try:
+            await asyncio.sleep(0.05)  # the agent's turns
+            traj.turns = [Turn(prompt_ids=[1, 2], completion_ids=[3], logprobs=[-1.0],
+                               policy_version=0)]
+            traj.status, traj.reward = EpisodeStatus.format_errors, 0.0
+            if handle.episode_id == started[0]:
+                handle.grading = True
+                await asyncio.sleep(1.0)  # 20x the others' whole episode
+                traj.status, traj.reward = EpisodeStatus.resolved, 1.0
+        finally:
+            sink(traj)
+        return traj
+
+    run_dir = RunDir(tmp_path)
+
+    async def update(version, path):
+        pass
+
+    loop = RLLoop(cfg, rollout, TASKS[:1], run_dir, update)
+    trainer = asyncio.create_task(fake_trainer(run_dir, cfg.steps))
+    try:
+        await asyncio.wait_for(loop.run(), 30)
+    finally:
+        trainer.cancel()
+    assert loop.state.drops.get("straggler", 0) == 0
+    episodes = [json.loads(x) for x in run_dir.episodes.read_text().splitlines()]
+    graded = next(e for e in episodes if e["episode_id"] == started[0])
+    assert (graded["status"], graded["reward"]) == ("resolved", 1.0)
+    group = [e for e in episodes if e["group_id"] == graded["group_id"]]
+    assert sorted(e["reward"] for e in group) == [0.0, 0.0, 0.0, 1.0]
+
+
 async def test_batches_respect_staleness_and_hold_each_episode_once(tmp_path):
     cfg = OrchestratorConfig(steps=5, groups_per_step=2, rollouts_per_task=2,
                              max_concurrent_episodes=8, async_level=1, max_off_policy_steps=1)

@@ -3,7 +3,8 @@
 from types import SimpleNamespace
 
 import pytest
-from swefleet.orchestrator.rollout import _grade
+from swefleet.agents.config import AgentConfig
+from swefleet.orchestrator.rollout import _grade, _score
 
 from swefleet.types import EpisodeStatus, GradeCause, GradeResult, GradeStatus, Task, Trajectory
 
@@ -14,8 +15,10 @@ TASK = Task(instance_id="t1", repo="x/x", problem_statement="p")
 class _Grader:
     def __init__(self, result: GradeResult) -> None:
         self.result = result
+        self.calls = 0
 
     async def grade(self, task, patch):
+        self.calls += 1
         return self.result
 
 
@@ -34,3 +37,25 @@ async def test_only_an_infra_cause_is_an_infra_error(status, cause, episode, rew
     assert (traj.status, traj.reward, traj.grade) == (episode, reward, grade)
     if episode != EpisodeStatus.resolved:
         assert traj.reason == "infra-ish text"
+
+
+RESOLVED = GradeResult(instance_id="t1", status=GradeStatus.resolved, cause=GradeCause.tests)
+
+
+@pytest.mark.parametrize(("status", "grade_unsubmitted", "graded", "episode", "reward"), [
+    (EpisodeStatus.unresolved, False, 1, EpisodeStatus.resolved, 1.0),  # submitted
+    (EpisodeStatus.limit_steps, True, 1, EpisodeStatus.resolved, 1.0),  # SWE-bench style
+    (EpisodeStatus.format_errors, True, 1, EpisodeStatus.resolved, 1.0),
+    (EpisodeStatus.limit_steps, False, 0, EpisodeStatus.limit_steps, 0.0),  # not submitted
+    (EpisodeStatus.format_errors, False, 0, EpisodeStatus.format_errors, 0.0),
+    (EpisodeStatus.limit_disk, True, 0, EpisodeStatus.limit_disk, 0.0),
+    (EpisodeStatus.limit_time, True, 0, EpisodeStatus.limit_time, None),  # masked
+])
+async def test_unsubmitted_episodes_are_graded_only_when_configured(
+    status, grade_unsubmitted, graded, episode, reward
+):
+    grader = _Grader(RESOLVED)
+    ctx = SimpleNamespace(grader=grader, agent=AgentConfig(grade_unsubmitted=grade_unsubmitted))
+    traj = Trajectory(episode_id="e", task_id="t1", status=status, model_patch="diff")
+    await _score(ctx, TASK, traj)
+    assert (grader.calls, traj.status, traj.reward) == (graded, episode, reward)
