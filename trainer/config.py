@@ -39,6 +39,12 @@ class TrainerConfig(BaseModel):
     ratio sg(clip(r, 1-eps_low, 1+eps_high)). `sft`: supervised fine-tuning, cross-entropy on
     the trained (assistant) tokens; advantages and inference logprobs are ignored (`swefleet
     sft` sets it). All are token sums / global trained-token count."""
+    negative_advantage_scale: float = Field(1.0, ge=0, le=1)
+    """Weight of the tokens whose advantage is negative (failed episodes of a group), relative
+    to the positive ones; 1: the plain estimator. Below 1 the loss leans on the successes: a
+    failed episode's tokens after it went wrong are mostly improbable ones, whose large,
+    zero-mean gradients otherwise dominate a small batch (and, through Adam's per-weight
+    normalisation, every weight's step). Ignored by `sft`."""
     eps_low: float = Field(0.2, ge=0)
     """Lower clip: the ratio is clipped below at 1 - eps_low."""
     eps_high: float = Field(0.28, ge=0)

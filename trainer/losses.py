@@ -146,9 +146,13 @@ def policy_loss(
     eps_high: float,
     tis_cap: float | None,
     n_tokens: int,
+    negative_scale: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Dispatch to `dapo_loss` / `cispo_loss` / `sft_loss` and add `mismatch_kl` to the metrics
-    (0 for `sft`: its tokens were not sampled by an inference server)."""
+    (0 for `sft`: its tokens were not sampled by an inference server). Negative advantages are
+    multiplied by `negative_scale` first (`trainer.negative_advantage_scale`)."""
+    if negative_scale != 1.0:
+        adv = torch.where(adv < 0, adv * negative_scale, adv)
     loss, metrics = LOSSES[name](
         logp,
         logp_inf,

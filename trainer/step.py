@@ -157,6 +157,7 @@ def train_step(
                 eps_high=cfg.eps_high,
                 tis_cap=cfg.tis_cap,
                 n_tokens=n_trained,
+                negative_scale=cfg.negative_advantage_scale,
             )
             (loss * weight).backward()
         if weight:

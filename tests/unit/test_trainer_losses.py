@@ -155,3 +155,19 @@ def test_chunked_logprobs_match_full_log_softmax(chunk):
     assert not ent.requires_grad
     assert torch.allclose(gh, hidden.grad, atol=1e-6)
     assert torch.allclose(gw, weight.grad, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["dapo", "cispo"])
+def test_negative_scale_weighs_only_the_negative_advantages(name):
+    def grads(scale):
+        logp, logp_inf, _, mask = _inputs(ratios=[1.0] * 6)
+        adv = torch.tensor([1.0, -1.0, 2.0, -2.0, 0.0, 1.0], dtype=torch.float64)
+        loss, _ = policy_loss(name, logp, logp_inf, adv, mask, eps_low=0.2, eps_high=0.28,
+                              tis_cap=2.0, n_tokens=N, negative_scale=scale)
+        loss.backward()
+        return logp.grad.tolist()
+
+    full, tenth, none = grads(1.0), grads(0.1), grads(0.0)
+    assert [full[0], full[2]] == [tenth[0], tenth[2]] == [none[0], none[2]] != [0.0, 0.0]
+    assert [tenth[1], tenth[3]] == pytest.approx([0.1 * full[1], 0.1 * full[3]])
+    assert none[1] == none[3] == 0.0 != full[1]
