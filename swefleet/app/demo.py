@@ -87,8 +87,24 @@ def _eval_dir(cfg, out: Path) -> Path:
     return out / f"eval-{cfg.final_eval.split}"
 
 
+def _demonstration_likelihood(cfg, out: Path) -> tuple[float, float] | None:
+    """Mean probability of the SFT demonstrations (the first SFT batch's samples) under the
+    SFT checkpoint and under the final RL one (`evals/likelihood.py`): the policy's progress
+    without the sampling noise of a few dozen episodes a step. None without both."""
+    from swefleet.evals.likelihood import mean_probability
+    from swefleet.rundir import RunDir
+
+    sft = RunDir(out / "sft")
+    batch, before = sft.batch_path(0), sft.weights_path(cfg.sft.steps)
+    after = RunDir(out).weights_path(cfg.orchestrator.steps)
+    if not all(p.exists() for p in (batch, before, after)):
+        return None
+    return mean_probability(before, batch), mean_probability(after, batch)
+
+
 def print_demo_summary(cfg, out: Path, times: dict[str, float]) -> None:
-    """One table: the SFT loss, the RL reward per step, the held-out eval."""
+    """One table: the SFT loss, the RL reward per step (and the SFT demonstrations' probability
+    before and after RL), the held-out eval."""
     from rich.console import Console
     from rich.table import Table
 
@@ -104,6 +120,9 @@ def print_demo_summary(cfg, out: Path, times: dict[str, float]) -> None:
     rewards = [r["rollout/reward_mean"] for r in read_jsonl(out / "metrics.jsonl")]
     table.add_row(f"rl ({cfg.tasks.split})",
                   "reward per step " + " ".join(f"{r:.2f}" for r in rewards), f"{times['rl']:.0f}")
+    likelihood = _demonstration_likelihood(cfg, out)
+    if likelihood is not None:
+        table.add_row("", "P(demonstrations) sft {:.2f} -> rl {:.2f}".format(*likelihood), "")
     report = _eval_dir(cfg, out) / "report.json"
     if "eval" in times and report.exists():
         rep = json.loads(report.read_text())

@@ -37,7 +37,9 @@ def test_quickstart_runs_end_to_end(tmp_path):
     out = tmp_path / "run"
     small = ("orchestrator.steps=2", "orchestrator.groups_per_step=2",  # the demo's RL is
              "orchestrator.rollouts_per_task=2")  # longer (`make run`); 2 x 2 x 2 here
-    proc = subprocess.Popen(_rl_cmd(out, "agent.max_steps=2", *small), cwd=REPO, text=True,
+    # the random-init model never submits: grade its patches anyway, to test the grading path
+    proc = subprocess.Popen(_rl_cmd(out, "agent.max_steps=2", "agent.grade_unsubmitted=true",
+                                    *small), cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 0, stdout[-3000:] + stderr[-5000:]
