@@ -29,7 +29,9 @@ class OrchestratorConfig(BaseModel):
     straggler_grace: float | None = Field(3.0, gt=1)
     """Once half of a group has finished, members still running after this factor times the
     slowest finished member's time are cut: cancelled, masked (never scored 0) and counted
-    under drops/straggler, so one hung episode cannot hold its group. None waits for all."""
+    under drops/straggler, so one hung episode cannot hold its group. A member whose agent has
+    ended and that is being graded is never cut (grading has its own timeout). None waits for
+    all."""
     drop_zero_variance_groups: bool = False
     """Drop groups whose rewards are all equal (they carry no learning signal)."""
     max_empty_batches: int = Field(3, ge=1)
