@@ -10,10 +10,13 @@ failed `HEALTH_FAILURES` times in a row, means dead. A dead server leaves servic
 request is routed to it, no weight update sent: `ServerState.in_service`; requests that find no
 server in service wait while one is restarting) and is restarted on
 its port (`ServerFleet.respawn`) with the current weights: those of the last `update_weights`
-call (the run's model before any). An embedded server starts on them at their version; a vLLM
-server starts on them and gets its version through the fleet client's update path. If the
-weights moved on while it started, it is updated to the newest before it rejoins the fleet.
-Restarts are counted (`infer/server_restarts`). With `restart_dead_servers` off, or when a
+call (the run's model before any). An embedded server starts on them at their version. A vLLM
+server starts on the directory the fleet was launched on (vLLM keys its compile cache by the
+model path, so a restart loads the compiled graphs instead of compiling again) and gets the
+current weights and version through the fleet client's update path. If the weights moved on
+while it started, it is updated to the newest before it rejoins the fleet. Restarts are counted
+(`infer/server_restarts`) and timed from the death's detection to the server back in service
+(`infer/server_restart_s`, the last one; `infer/server_restart_s_max`). With `restart_dead_servers` off, or when a
 restart fails, the server is given up (`infer/servers_lost`); the work goes on with the others
 and `guard` raises `NoServersLeft` once none is left.
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -81,6 +85,12 @@ class Supervisor:
         """(version, path) every server should serve: the last update's (maybe a marker)."""
         self.dir_target = self.target
         """(version, weights dir) of the last update that had a directory: restarts start there."""
+        self.launch = self.target
+        """(version, dir) the servers were first started on: a vLLM server restarts there, so
+        its compile cache (keyed by vLLM on the model path among other things) is hit, then
+        catches up to `target` by the update path."""
+        self.restart_seconds: list[float] = []
+        """Seconds from each death's detection to the server back in service."""
         self.new_group_epoch = new_group_epoch
         """Weight sync by broadcast: announces the next epoch of the trainer's transfer group."""
         self.restarts = 0
@@ -111,8 +121,12 @@ class Supervisor:
             await self._http.aclose()
 
     def metrics(self) -> dict[str, float]:
-        return {"infer/server_restarts": float(self.restarts),
-                "infer/servers_lost": float(len(self.lost))}
+        out = {"infer/server_restarts": float(self.restarts),
+               "infer/servers_lost": float(len(self.lost))}
+        if self.restart_seconds:
+            out["infer/server_restart_s"] = self.restart_seconds[-1]
+            out["infer/server_restart_s_max"] = max(self.restart_seconds)
+        return out
 
     async def update_weights(self, version: int, path: str | Path) -> None:
         """`FleetClient.update_weights` that remembers the weights for restarts and tolerates
@@ -210,14 +224,17 @@ class Supervisor:
 
     async def _restart(self, i: int) -> None:
         url = self.servers.urls[i]
+        t0 = time.monotonic()
         try:
             handle = self.servers.handles[i]
             if handle is not None:
                 await asyncio.to_thread(handle.stop, 5.0)
-            version, path = self.dir_target
+            version, path = self._restart_weights()
             self.servers.respawn(i, path, version)  # main thread: die_with_parent
             await self.servers.wait(i)
             await self._rejoin(i, version)
+            if i not in self.lost:
+                self.restart_seconds.append(time.monotonic() - t0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - one restart's fault boundary: logged, counted
@@ -226,6 +243,15 @@ class Supervisor:
             self._give_up(i)
         finally:
             self._restarting.pop(i, None)
+
+    def _restart_weights(self) -> tuple[int, Path]:
+        """(version, dir) a dead server restarts on: an embedded server on the newest weights
+        directory; a vLLM server on the directory the fleet was launched on while it exists
+        (same model path, same compile-cache key: no recompilation; the update path then
+        brings the current weights), else on the newest directory."""
+        if self.servers.kind == "vllm" and self.launch[1].is_dir():
+            return self.launch
+        return self.dir_target
 
     async def _rejoin(self, i: int, started_version: int) -> None:
         """Bring a restarted server to the current weights, then back into service; behind a
