@@ -1,0 +1,130 @@
+"""The kill drill: how long a run's only inference server is out after `kill -9`.
+
+    python benchmarks/server_restart.py --config configs/gpu_vllm.toml --steps 10 --kill-at 5 \\
+        --output-dir out/kill-drill
+
+Runs `swefleet rl` on the config, waits until `--kill-at` steps are in `metrics.jsonl`, sends
+SIGKILL to the inference server's main process (`vllm serve` or the embedded engine: the oldest
+process naming the run directory), and lets the run finish. The supervisor restarts the server
+and times it (`infer/server_restart_s`: from the death's detection to serving the current
+weights again). Alongside, it reads the server's log for each start's own timing lines (vLLM's
+weight loading, compilation, CUDA-graph capture, engine start) and the trainer's mismatch and
+staleness KL per step. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER_MARKERS = ("vllm serve", "inference.engine.server")
+TIMING = re.compile(r"took|seconds|secs|Graph capturing|compil|swefleet: start", re.I)
+
+
+def server_pids(run_dir: Path) -> list[int]:
+    """Main processes of the run's inference servers, oldest first (by pid start time)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            start = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[19])
+        except (OSError, IndexError, ValueError):
+            continue
+        if str(run_dir) in cmd and any(m in cmd for m in SERVER_MARKERS):
+            found.append((start, int(proc.name)))
+    return [pid for _, pid in sorted(found)]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line being written
+    return rows
+
+
+def timing_lines(log: Path, limit: int = 40) -> list[str]:
+    if not log.exists():
+        return []
+    lines = [line.strip()[:200] for line in log.read_text(errors="replace").splitlines()
+             if TIMING.search(line)]
+    return lines[-limit:]
+
+
+def kl_per_step(run_dir: Path) -> list[dict]:
+    keys = ("step", "mismatch_kl", "staleness_kl", "stale_token_fraction")
+    return [{k: r[k] for k in keys if k in r} for r in read_jsonl(run_dir / "trainer_metrics.jsonl")]
+
+
+def drill(args: argparse.Namespace) -> dict:
+    out = Path(args.output_dir).resolve()
+    cmd = [sys.executable, "-m", "swefleet", "rl", "--config", args.config, "--output-dir",
+           str(out), "--set", f"orchestrator.steps={args.steps}"]
+    for item in args.set:
+        cmd += ["--set", item]
+    t0 = time.monotonic()
+    log = open(out.parent / f"{out.name}.rl.log", "w") if out.parent.exists() else None
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log or subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    killed: dict = {}
+    try:
+        while proc.poll() is None and time.monotonic() - t0 < args.timeout_s:
+            steps = len(read_jsonl(out / "metrics.jsonl"))
+            if not killed and steps >= args.kill_at:
+                pids = server_pids(out)
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed = {"pid": pids[0], "after_step": steps,
+                              "at_s": round(time.monotonic() - t0, 1)}
+            time.sleep(0.5)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    metrics = read_jsonl(out / "metrics.jsonl")
+    restarts = [m["infer/server_restart_s"] for m in metrics if "infer/server_restart_s" in m]
+    return {
+        "config": args.config,
+        "rc": proc.returncode,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "steps_done": len(metrics),
+        "killed": killed,
+        "server_restarts": metrics[-1].get("infer/server_restarts") if metrics else None,
+        "server_restart_s": restarts[-1] if restarts else None,
+        "server_log_timing": timing_lines(out / "logs" / "server-0.log"),
+        "kl_per_step": kl_per_step(out),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="configs/gpu_vllm.toml")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--kill-at", type=int, default=5, help="kill after this many steps")
+    ap.add_argument("--output-dir", required=True)
+    ap.add_argument("--timeout-s", type=float, default=900)
+    ap.add_argument("--set", action="append", default=[], help="config override, repeatable")
+    args = ap.parse_args(argv)
+    result = drill(args)
+    print(json.dumps(result))
+    return 0 if result["rc"] == 0 and result["killed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
