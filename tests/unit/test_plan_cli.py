@@ -63,7 +63,7 @@ def test_hf_config_with_mla(tmp_path, capsys):
         "v_head_dim": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
         "moe_intermediate_size": 2, "n_shared_experts": 1, "first_k_dense_replace": 1}))
     run = tmp_path / "run.toml"
-    run.write_text(f'[model]\npath = "{ckpt}"\n')
+    run.write_text(f'[model]\npath = "{ckpt}"\n[inference]\ngpus = [0]\n[trainer]\ngpus = [0]\n')
     plan = _json_last_line(capsys, ["plan", "--config", str(run)])
     # attention: q_a 8x2 + q_b 2x2x(3+1) + kv_a 8x(4+1) + kv_b 4x2x(3+4) + o 2x4x8
     #          = 16 + 16 + 40 + 56 + 64 = 192 a layer
