@@ -1,7 +1,8 @@
 """The one config tree: each room owns its section; this module composes and loads them.
 
 Loaded from TOML, validated with `extra="forbid"`, dumped as `config.json` next to every run's
-outputs. Only pydantic and the rooms' light config modules are imported here.
+outputs. The bottom of `swefleet.app`: only pydantic, the rooms' light config modules and the
+app's own config sections are imported here, never a command module.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swefleet.agents.config import AgentConfig
-from swefleet.app.demo import FinalEvalConfig
-from swefleet.app.sft import SFTConfig
+from swefleet.app.overrides import apply_overrides, set_dotted
 from swefleet.app.slurm.config import SlurmConfig
+from swefleet.app.stage_config import FinalEvalConfig, SFTConfig
 from swefleet.envs.config import FarmConfig
 from swefleet.inference.config import InferenceConfig
 from swefleet.orchestrator.config import OrchestratorConfig, ToyConfig
@@ -104,24 +105,21 @@ def load_config(
     strings (TOML values); `servers` (`--server URL`, repeatable) replace `inference.servers`
     and make the fleet external. Bad input (unreadable file, invalid UTF-8 or TOML, a bad
     override, a field that does not validate, roles that collide: `swefleet.app.topology`) raises
-    ValueError with one line that names the file and the field. `topology=False` skips the
-    roles' placement check (`swefleet slurm` checks each node's roles)."""
+    ValueError with one line that names the file (or `--set`, with the closest key for an unknown
+    one) and the field. `topology=False` skips the roles' placement check (`swefleet slurm`
+    checks each node's roles)."""
     from swefleet.app.topology import resolve_topology
 
     data = _read_toml(Path(path)) if path else {}
     path = path or "(defaults)"
-    for item in overrides or []:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} is not of the form section.key=value")
-        _set_dotted(data, key.strip(), _parse_value(raw.strip()))
+    overridden = apply_overrides(data, overrides or [], RunConfig)
     if servers:
-        _set_dotted(data, "inference.servers", list(servers))
-        _set_dotted(data, "inference.kind", "external")
+        set_dotted(data, "inference.servers", list(servers))
+        set_dotted(data, "inference.kind", "external")
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as e:
-        raise ValueError(f"{path}: " + "; ".join(_error_line(err) for err in e.errors())) from e
+        raise ValueError("; ".join(_error_line(err, path, overridden) for err in e.errors())) from e
     try:
         if topology:
             resolve_topology(cfg)
@@ -133,8 +131,8 @@ def load_config(
 def _read_toml(path: Path) -> dict:
     try:
         return tomllib.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{path}: no such config file") from e
     except OSError as e:
         raise ValueError(f"{path}: cannot read: {e.strerror or e}") from e
     except UnicodeDecodeError as e:
@@ -143,27 +141,10 @@ def _read_toml(path: Path) -> dict:
         raise ValueError(f"{path}: invalid TOML: {e}") from e
 
 
-def _error_line(err: dict) -> str:
+def _error_line(err: dict, path: str | Path, overridden: list[str]) -> str:
+    """`FILE: field: message`, or `--set field: message` when a `--set` gave the value."""
     where = ".".join(str(part) for part in err["loc"]) or "(top level)"
     given = err.get("input")
     shown = "" if isinstance(given, dict) else f" (got {given!r:.60})"
-    return f"{where}: {err['msg']}{shown}"
-
-
-def _parse_value(raw: str):
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        return raw
-
-
-def _set_dotted(data: dict, key: str, value) -> None:
-    parts = key.split(".")
-    if not all(parts):
-        raise ValueError(f"override key {key!r} is not of the form section.key")
-    for i, part in enumerate(parts[:-1]):
-        data = data.setdefault(part, {})
-        if not isinstance(data, dict):  # bad user input: ValueError is what the CLI reports
-            raise ValueError(f"override {key}: {'.'.join(parts[:i + 1])} is a value, "  # noqa: TRY004
-                             "not a section")
-    data[parts[-1]] = value
+    by_set = any(where == key or where.startswith(key + ".") for key in overridden)
+    return f"{'--set ' if by_set else f'{path}: '}{where}: {err['msg']}{shown}"

@@ -18,20 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from swefleet.rundir import read_jsonl
-
-
-class FinalEvalConfig(BaseModel):
-    """The eval after RL in `swefleet demo`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    split: str | None = None
-    """Tasks of `[tasks]`'s file to evaluate the final checkpoint on (`heldout`); None: no eval."""
-    k: int = Field(1, ge=1)
-    """Attempts per task."""
 
 
 def demo_cli(args: argparse.Namespace) -> int:
@@ -71,16 +58,17 @@ def demo_cli(args: argparse.Namespace) -> int:
 
 
 def _final_eval(cfg, args: argparse.Namespace, out: Path) -> int:
-    from swefleet.app.cli import main
+    from swefleet.app.eval import run_eval_cli
+    from swefleet.app.eval_args import parse_eval_args
     from swefleet.rundir import RunDir
 
     model = RunDir(out).weights_path(cfg.orchestrator.steps)
-    argv = ["eval", "--agent", "model", "--model", str(model), "--tasks", cfg.tasks.path,
+    argv = ["--agent", "model", "--model", str(model), "--tasks", cfg.tasks.path,
             "--split", cfg.final_eval.split, "-k", str(cfg.final_eval.k),
             "--config", args.config, "--output-dir", str(_eval_dir(cfg, out))]
     for item in args.set:
         argv += ["--set", item]
-    return main(argv)
+    return run_eval_cli(parse_eval_args(argv))
 
 
 def _eval_dir(cfg, out: Path) -> Path:

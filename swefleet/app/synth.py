@@ -18,10 +18,13 @@ def generate_cli(args: argparse.Namespace) -> int:
     from swefleet.envs.synth.generate import GenerateConfig, generate_tasks, merge_into
     from swefleet.envs.synth.recipe import load_recipe
 
-    cfg = GenerateConfig(n=args.n, seed=args.seed, k=args.k, concurrency=args.concurrency,
+    for recipe_path in args.recipe:  # before any image work
+        if not Path(recipe_path).is_file():
+            raise ValueError(f"--recipe {recipe_path}: no such file")
+    cfg = GenerateConfig(n=args.n, seed=args.seed, k=args.k, concurrency=args.max_workers,
                          max_candidates=args.max_candidates, base_image=args.base_image)
     build_base_image(cfg.base_image)
-    out = Path(args.out)
+    out = Path(args.tasks)
     reports = []
     failed = []
     for recipe_path in args.recipe:
@@ -41,8 +44,8 @@ def generate_cli(args: argparse.Namespace) -> int:
               f"kinds {report['kinds']}; {out} now holds {total} tasks", flush=True)
         if report["dropped"]:
             print(f"  dropped: {json.dumps(report['dropped'])}")
-    if args.report:
-        Path(args.report).write_text(json.dumps(reports, indent=2) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(reports, indent=2) + "\n")
     for line in failed:
         print(f"FAILED {line}")
     return 0 if not failed and all(r["tasks"] > 0 for r in reports) else 1
@@ -55,18 +58,21 @@ def validate_cli(args: argparse.Namespace) -> int:
     from swefleet.envs.reaper import remove_run_containers
     from swefleet.envs.synth.validate import summary, validate_tasks
     from swefleet.envs.tasks import load_tasks, prepare_task_images
+    from swefleet.evals.select import select_tasks
 
     started = time.monotonic()
-    cfg = load_config(getattr(args, "config", ""), getattr(args, "set", []))  # bad: exit 2
+    cfg = load_config(args.config, args.set)  # bad input: exit 2, before any image
+    source = task_file_arg(args)
+    tasks = select_tasks(load_tasks(source, split=args.split), args.instance_ids, args.filter,
+                         args.slice)
+    if not tasks:
+        raise ValueError(f"--tasks {source}: no task selected (split={args.split})")
     build_base_image(args.base_image)
-    tasks = load_tasks(args.file, split=args.split)
-    if args.limit:
-        tasks = tasks[: args.limit]
-    prepare_task_images(tasks, args.file, args.base_image)
+    prepare_task_images(tasks, source, args.base_image)
     run_id = f"validate-{uuid.uuid4().hex[:8]}"
     grader = make_grader(run_id, cfg.envs, timeout_s=args.timeout)
     try:
-        rows = asyncio.run(validate_tasks(tasks, grader, args.k, args.concurrency))
+        rows = asyncio.run(validate_tasks(tasks, grader, args.k, args.max_workers))
     finally:
         grader.close()
         remove_run_containers(run_id)
@@ -79,3 +85,16 @@ def validate_cli(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result["valid"] == result["tasks"] else 1
+
+
+def task_file_arg(args: argparse.Namespace) -> str:
+    """`--tasks FILE` (or the old positional FILE), checked to name a task file or Hub set."""
+    from swefleet.app.eval_args import check_task_source
+
+    if args.tasks and args.legacy_tasks and args.tasks != args.legacy_tasks:
+        raise ValueError(f"two task files: --tasks {args.tasks} and {args.legacy_tasks}")
+    source = args.tasks or args.legacy_tasks
+    if not source:
+        raise ValueError("--tasks FILE is required (the task file to validate)")
+    check_task_source(source)
+    return source

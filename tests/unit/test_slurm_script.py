@@ -33,7 +33,6 @@ def _error(capsys, *args: str) -> str:
 def test_four_node_layout_places_every_role(capsys, tmp_path):
     run = tmp_path / "run"
     script = _dry_run(capsys, "--config", FOUR_NODES, "--output-dir", str(run))
-    assert not run.exists(), "--dry-run wrote files"
     for opt in ("--nodes=4", "--gres=gpu:8", "--time=24:00:00", "--exclusive", "--mem=0",
                 f"--output={run}/logs/slurm-%j.out", "--signal=B:TERM@120"):  # fmt: skip
         assert f"#SBATCH {opt}\n" in script, opt
@@ -78,16 +77,33 @@ def test_head_gets_external_servers_and_a_two_node_trainer():
     assert "--standalone" not in torchrun
 
 
-def test_nodes_flag_gives_the_rest_to_the_trainer(capsys):
-    script = _dry_run(capsys, "--config", FOUR_NODES, "--nodes", "6",
+def test_dry_run_writes_what_the_script_reads(capsys, tmp_path):
+    """The printed script is the one written, and the config it reads is there: `sbatch
+    RUN/slurm/job.sbatch` submits the dry run by hand."""
+    run = tmp_path / "run"
+    assert main(["slurm", "--dry-run", "--config", CPU, "--output-dir", str(run)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == (run / "slurm/job.sbatch").read_text()
+    assert f"submit with: sbatch {run / 'slurm/job.sbatch'}" in printed.err
+    assert f"RUN={run}\n" in printed.out and '--run-config "$RUN/slurm/run_config.json"' in printed.out
+    assert (run / "logs").is_dir() and not (run / "slurm/job_id").exists()
+    from swefleet.app.slurm.roles import load_run_config
+
+    cfg = load_run_config(run / "slurm/run_config.json")
+    assert cfg.output_dir == str(run) and cfg.model.path == str(run / "model")
+
+
+def test_nodes_flag_gives_the_rest_to_the_trainer(capsys, tmp_path):
+    script = _dry_run(capsys, "--config", FOUR_NODES, "--nodes", "6", "--output-dir", str(tmp_path),
                       "--set", "trainer.ranks=32")  # fmt: skip
     assert "#SBATCH --nodes=6\n" in script
     assert "nodes 0-3: trainer, 32 ranks (torchrun --nnodes=4" in script
     assert '--nodelist="${NODES[4]}"' in script and '--nodelist="${NODES[5]}"' in script
 
 
-def test_one_node_runs_everything_in_the_run(capsys):
+def test_one_node_runs_everything_in_the_run(capsys, tmp_path):
     script = _dry_run(capsys, "--config", CPU, "--set", "slurm.inference_nodes=0", "--nodes", "1",
+                      "--output-dir", str(tmp_path),
                       "--set", 'slurm.partition="debug"', "--set", 'slurm.account="proj"')  # fmt: skip
     assert "#SBATCH --nodes=1\n" in script and "#SBATCH --partition=debug\n" in script
     assert "#SBATCH --account=proj\n" in script and "--gres" not in script
@@ -101,7 +117,7 @@ def test_one_node_runs_everything_in_the_run(capsys):
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["--set", "slurm.bogus=1"], "slurm.bogus: Extra inputs are not permitted"),
+    (["--set", "slurm.bogus=1"], "--set slurm.bogus: no such config field"),
     (["--set", "slurm.trainer_nodes=0"], "slurm.trainer_nodes: Input should be greater"),
     (["--nodes", "2"], "--nodes 2 leaves no trainer node"),
     (["--set", "trainer.ranks=15"], "trainer.ranks=15 must split evenly"),
@@ -111,9 +127,11 @@ def test_one_node_runs_everything_in_the_run(capsys):
     (["--set", 'slurm.setup=["a\\nb"]'], "one line per entry"),
     (["--set", 'inference.weight_sync="nccl"'], "weight_sync='nccl' across nodes is not supported"),
 ])  # fmt: skip
-def test_config_errors_are_one_line(capsys, args, says):
-    err = _error(capsys, "--config", FOUR_NODES, "--dry-run", *args)
+def test_config_errors_are_one_line(capsys, tmp_path, args, says):
+    run = tmp_path / "run"
+    err = _error(capsys, "--config", FOUR_NODES, "--dry-run", "--output-dir", str(run), *args)
     assert err.startswith("swefleet slurm: error: ") and says in err, err
+    assert not run.exists()
 
 
 def test_inference_nodes_need_launched_servers(capsys):

@@ -30,10 +30,16 @@ def _error(capsys, tmp_path, text: bytes | None, *sets: str) -> str:
     (b"[orchestrator]\nmax_off_policy_steps = -1\n", (), "orchestrator.max_off_policy_steps"),
     (b"[orchestrator]\nrollouts_per_task = 1\n", (), "orchestrator.rollouts_per_task"),
     (b'name = "x"\n', ("orchestrator.steps=abc",),
-     ("orchestrator.steps: Input should be a valid integer, unable to parse string as an "
-      "integer (got 'abc')")),
-    (b'name = "x"\n', ("name.x=1",), "override name.x: name is a value, not a section"),
-    (b'name = "x"\n', ("=1",), "override key ''"),
+     ("error: --set orchestrator.steps: Input should be a valid integer, unable to parse "
+      "string as an integer (got 'abc')")),
+    (b'name = "x"\n', ("name.x=1",), "--set name.x: name is a value, not a section"),
+    (b'name = "x"\n', ("=1",), "--set '': not of the form section.key=value"),
+    (b'name = "x"\n', ("steps",), "--set 'steps': not of the form section.key=value"),
+    (b'name = "x"\n', ("orchestrator.stepz=3",),
+     "--set orchestrator.stepz: no such config field (did you mean orchestrator.steps?)"),
+    (b'name = "x"\n', ("orchestartor.steps=3",), "(did you mean orchestrator.steps?)"),
+    (b'name = "x"\n', ("envs.grading.timeout=3",), "(did you mean envs.grading.timeout_s?)"),
+    (b'name = "x"\n', ("zzz.qqq=3",), "--set zzz.qqq: no such config field\n"),
     (None, (), "cannot read"),  # a directory
 ])
 def test_bad_config_is_one_line_and_exit_2(capsys, tmp_path, text, sets, expected):
