@@ -28,7 +28,8 @@ def print_summary(run_dir: RunDir, records: list[dict], wall_s: float, served_ve
     episodes = read_jsonl(run_dir.episodes)
     trainer = read_jsonl(run_dir.trainer_metrics)
     table = Table(title=f"swefleet run {run_dir.root}")
-    for col in ("step", "time s", "episodes", "reward", "statuses", "loss", "mismatch KL"):
+    for col in ("step", "time s", "episodes", "reward", "statuses", "loss", "mismatch KL",
+                "staleness KL", "stale tokens"):
         table.add_column(col)
     for rec, tr in zip(records, trainer + [{}] * len(records)):
         statuses = ", ".join(
@@ -37,7 +38,8 @@ def print_summary(run_dir: RunDir, records: list[dict], wall_s: float, served_ve
         table.add_row(
             str(rec["step"]), f"{rec['time/step_s']:.1f}", str(rec["rollout/episodes"]),
             f"{rec['rollout/reward_mean']:.2f}", statuses,
-            _fmt(tr.get("loss")), _fmt(tr.get("mismatch_kl")),
+            _fmt(tr.get("loss")), _fmt(tr.get("mismatch_kl")), _fmt(tr.get("staleness_kl")),
+            _share(tr.get("stale_token_fraction")),
         )
     console = Console()
     console.print(table)
@@ -62,4 +64,9 @@ def print_summary(run_dir: RunDir, records: list[dict], wall_s: float, served_ve
 
 
 def _fmt(x) -> str:
+    """A number, or `-` where there is none (a KL of a step without tokens of its kind)."""
     return "-" if x is None else f"{x:.4g}"
+
+
+def _share(x) -> str:
+    return "-" if x is None else f"{x:.0%}"

@@ -9,7 +9,10 @@ staleness.
 Normalisation: every returned loss and metric is a token SUM divided by `n_tokens`, the number
 of trained tokens in the whole step (all micro-batches, all ranks). So the values of the
 micro-batches of one step simply add up to the step's token means, and gradient accumulation
-equals one large batch.
+equals one large batch. The two KL metrics (`version_kls`) follow the same rule with their own
+token counts: `mismatch_kl` over the step's fresh tokens (sampled by the policy version the
+trainer holds: engine vs trainer numerics), `staleness_kl` over its stale ones (sampled by an
+older version: how far the policy has moved since).
 
 Truncated IS (`tis_cap`): a token's gradient weight (r for `dapo`, the clipped weight for
 `cispo`) never exceeds the cap; bigger weights are truncated to it (value and gradient).
@@ -40,6 +43,29 @@ def mismatch_kl(
     with torch.no_grad():
         d = _log_ratio(logp.detach(), logp_inf, mask)
         return _sum(torch.expm1(d) - d, mask, n_tokens)
+
+
+def version_kls(
+    logp: torch.Tensor,
+    logp_inf: torch.Tensor,
+    mask: torch.Tensor,
+    stale: torch.Tensor | None,
+    n_fresh: int,
+    n_stale: int,
+) -> dict[str, float | None]:
+    """The k3 KL of `mismatch_kl`, split by who sampled the token. `stale` (bool per token,
+    None: none is) marks tokens sampled by an older policy version than the trainer's.
+    `mismatch_kl`: sum over fresh masked tokens / `n_fresh`; `staleness_kl`: sum over stale
+    masked tokens / `n_stale` (the step's counts of each kind, all micro-batches and ranks).
+    A kind the step has no token of (count 0) is None: no value, rather than a 0."""
+    fresh = mask if stale is None else mask & ~stale
+    out: dict[str, float | None] = {"mismatch_kl": None, "staleness_kl": None}
+    if n_fresh:
+        out["mismatch_kl"] = float(mismatch_kl(logp, logp_inf, fresh, n_fresh))
+    if n_stale:
+        gone = torch.zeros_like(mask) if stale is None else mask & stale
+        out["staleness_kl"] = float(mismatch_kl(logp, logp_inf, gone, n_stale))
+    return out
 
 
 def _truncate(weight: torch.Tensor, cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,10 +173,14 @@ def policy_loss(
     tis_cap: float | None,
     n_tokens: int,
     negative_scale: float = 1.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Dispatch to `dapo_loss` / `cispo_loss` / `sft_loss` and add `mismatch_kl` to the metrics
-    (0 for `sft`: its tokens were not sampled by an inference server). Negative advantages are
-    multiplied by `negative_scale` first (`trainer.negative_advantage_scale`)."""
+    stale: torch.Tensor | None = None,
+    n_stale: int = 0,
+) -> tuple[torch.Tensor, dict[str, float | None]]:
+    """Dispatch to `dapo_loss` / `cispo_loss` / `sft_loss` and add `version_kls`'s
+    `mismatch_kl` and `staleness_kl` to the metrics (`stale` marks the tokens of older policy
+    versions, `n_stale` counts them in the step; the fresh count is `n_tokens - n_stale`). For
+    `sft` both are None: its tokens were not sampled by an inference server. Negative advantages
+    are multiplied by `negative_scale` first (`trainer.negative_advantage_scale`)."""
     if negative_scale != 1.0:
         adv = torch.where(adv < 0, adv * negative_scale, adv)
     loss, metrics = LOSSES[name](
@@ -163,7 +193,8 @@ def policy_loss(
         tis_cap=tis_cap,
         n_tokens=n_tokens,
     )
-    metrics["mismatch_kl"] = (
-        0.0 if name == "sft" else float(mismatch_kl(logp, logp_inf, mask, n_tokens))
-    )
+    if name == "sft":
+        metrics.update(mismatch_kl=None, staleness_kl=None)
+    else:
+        metrics.update(version_kls(logp, logp_inf, mask, stale, n_tokens - n_stale, n_stale))
     return loss, metrics

@@ -359,7 +359,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         t0 = time.monotonic()
-        metrics = train_step(policy, optimizer, arrays, cfg)
+        metrics = train_step(policy, optimizer, arrays, cfg, held_version=step)
         if device == "cuda":
             torch.cuda.synchronize()
         step_s = time.monotonic() - t0
@@ -377,12 +377,13 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
                 metrics_path, step, arrays, meta, metrics, cfg, device, step_s, export_s, wait_s
             )
             log.info(
-                "step %d -> %s loss=%.4g grad_norm=%.3g kl=%.2g %.1fs",
+                "step %d -> %s loss=%.4g grad_norm=%.3g mismatch_kl=%s staleness_kl=%s %.1fs",
                 step,
                 out.name,
                 metrics["loss"],
                 metrics["grad_norm"],
-                metrics["mismatch_kl"],
+                _short(metrics["mismatch_kl"]),
+                _short(metrics["staleness_kl"]),
                 step_s,
             )
         step += 1
@@ -390,6 +391,11 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     if cfg.checkpoint_every and saved != step:  # stopping: keep the progress since the last one
         _save(job, policy, optimizer, step)
     return 0
+
+
+def _short(x: float | None) -> str:
+    """A KL for the log line; `-` when the step had no token of its kind."""
+    return "-" if x is None else f"{x:.2g}"
 
 
 def _log_step(

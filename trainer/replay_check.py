@@ -177,7 +177,9 @@ def rollout_batch(rollouts: list[Rollout], replay: bool) -> dict[str, np.ndarray
 
 
 def mismatch_kl(trainer_logp: np.ndarray, arrays: dict[str, np.ndarray]) -> float:
-    """mean(exp(d) - d - 1) over trained tokens, d = trainer - inference log-prob."""
+    """mean(exp(d) - d - 1) over trained tokens, d = trainer - inference log-prob. Every token
+    here was sampled from the checkpoint the trainer loads (no stale token), so this is the
+    trainer's `mismatch_kl` (engine vs trainer), with no `staleness_kl` part."""
     mask = arrays["loss_mask"]
     d = trainer_logp[mask].astype(np.float64) - arrays["inference_logprobs"][mask]
     return float(np.mean(np.exp(d) - d - 1))

@@ -71,7 +71,8 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _assert_same_step(got: dict, want: dict) -> None:
-    for key in ("loss", "grad_norm", "entropy", "clip_fraction", "mismatch_kl"):
+    for key in ("loss", "grad_norm", "entropy", "clip_fraction", "mismatch_kl",
+                "stale_token_fraction"):
         assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
     assert got["moe_load"] == want["moe_load"] and got["moe_replay"] == want["moe_replay"]
 

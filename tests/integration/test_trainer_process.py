@@ -30,6 +30,8 @@ METRIC_KEYS = {
     "grad_norm",
     "entropy",
     "mismatch_kl",
+    "staleness_kl",
+    "stale_token_fraction",
     "masked_fraction",
     "tokens_per_s",
     "step_time_s",
@@ -131,7 +133,31 @@ def _trainer(args: list[str], **kw) -> subprocess.Popen:
     )
 
 
-def test_trainer_process_trains_two_steps_and_publishes_weights(tiny, tmp_path):
+def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, f"no {path}"
+        time.sleep(0.05)
+
+
+def _probes(rng, hf, version: int) -> list[dict]:
+    """Samples of policy `version` with that version's logprobs (`hf`: its published weights)
+    and advantage 0 (no gradient): what the engine would have sampled from the trainer's
+    current weights."""
+    probes = _random_samples(rng, [10, 14])
+    inf = _hf_logprobs(hf, probes)
+    cu = np.cumsum([0] + [len(s["tokens"]) for s in probes])
+    for i, s in enumerate(probes):
+        s.update(loss_mask=[False] * 4 + [True] * (len(s["tokens"]) - 4), advantage=0.0,
+                 policy_version=version, inference_logprobs=inf[cu[i] : cu[i + 1]].tolist())
+    return probes
+
+
+def test_trainer_process_trains_three_steps_and_splits_mismatch_from_staleness(tiny, tmp_path):
+    """Steps 1 and 2 train the same version-0 samples again (stale: 1, then 2 versions old)
+    next to fresh probes sampled from the weights the trainer holds: `mismatch_kl` (fresh
+    tokens only) stays at the numerics' level while `staleness_kl` grows with the drift."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -150,8 +176,7 @@ def test_trainer_process_trains_two_steps_and_publishes_weights(tiny, tmp_path):
         s["inference_logprobs"] = inf[cu[i] : cu[i + 1]].tolist()
     batches, weights = tmp_path / "batches", tmp_path / "run" / "weights"
     batches.mkdir()
-    for step in (0, 1):
-        write_batch(batch_path(batches, step), pack_samples(samples), {"step": step})
+    write_batch(batch_path(batches, 0), pack_samples(samples), {"step": 0})
     job = tmp_path / "job.toml"
     job.write_text(
         "[trainer]\nmicro_batch_tokens = 48\nlogprob_chunk_size = 16\n"
@@ -168,23 +193,38 @@ def test_trainer_process_trains_two_steps_and_publishes_weights(tiny, tmp_path):
             "--weights-dir",
             str(weights),
             "--max-steps",
-            "2",
+            "3",
             "--lr",
             "5e-4",
             "--device",
             "cpu",
         ]
     )
+    n_stale = int(sum(sum(s["loss_mask"]) for s in samples))
+    n_trained = {}
+    for step in (1, 2):  # once version `step` is published, sample from it
+        _wait_for(weights_path(weights, step), proc)
+        held = AutoModelForCausalLM.from_pretrained(weights_path(weights, step))
+        batch = pack_samples(samples + _probes(rng, held, step))
+        n_trained[step] = int(batch["loss_mask"].sum())
+        write_batch(batch_path(batches, step), batch, {"step": step})
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, out
-    assert sorted(p.name for p in weights.iterdir()) == ["v000001", "v000002"]  # no temp dirs
+    assert sorted(p.name for p in weights.iterdir()) == ["v000001", "v000002", "v000003"]
 
     records = [json.loads(line) for line in (tmp_path / "run" / "trainer_metrics.jsonl").open()]
-    assert [r["policy_version"] for r in records] == [1, 2]
+    assert [r["policy_version"] for r in records] == [1, 2, 3]
     assert all(METRIC_KEYS <= r.keys() for r in records)
-    # the batch's logprobs came from transformers on the same weights: no mismatch at step 0
+    # the batch's logprobs came from transformers on the same weights: no mismatch at step 0,
+    # and no stale token to report a staleness KL for (null, not 0)
     assert records[0]["mismatch_kl"] < 1e-8 and records[0]["clip_fraction"] == 0.0
-    assert records[1]["mismatch_kl"] > records[0]["mismatch_kl"]  # weights moved since
+    assert records[0]["staleness_kl"] is None and records[0]["stale_token_fraction"] == 0.0
+    for step in (1, 2):
+        r = records[step]
+        assert r["stale_token_fraction"] == n_stale / n_trained[step]
+        assert r["mismatch_kl"] < 1e-8, r  # engine vs trainer on the held weights: still exact
+        assert r["staleness_kl"] > 1e3 * max(r["mismatch_kl"], 1e-9), r  # weights moved since
+    assert records[2]["staleness_kl"] > records[1]["staleness_kl"]  # two versions old: further
     assert all(np.isfinite(r["loss"]) and r["grad_norm"] > 0 for r in records)
 
     v0 = load_file(tiny / "model.safetensors")
@@ -195,7 +235,7 @@ def test_trainer_process_trains_two_steps_and_publishes_weights(tiny, tmp_path):
         v1["model.layers.1.mlp.up_proj.weight"], v2["model.layers.1.mlp.up_proj.weight"]
     )
     # the published checkpoint loads in transformers and moved the policy with the advantage
-    trained = _hf_logprobs(AutoModelForCausalLM.from_pretrained(weights_path(weights, 2)), samples)
+    trained = _hf_logprobs(AutoModelForCausalLM.from_pretrained(weights_path(weights, 3)), samples)
     mask = np.concatenate([s["loss_mask"] for s in samples])
     n_good = cu[len(good)]
     delta = (trained - inf)[mask]

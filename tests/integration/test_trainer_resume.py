@@ -109,8 +109,10 @@ def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(tiny, batches, tmp
     assert [json.loads(x)["step"] for x in lines] == [0, 1, 2, 2, 3]  # step 2 ran in both lives
     want, got = _metrics(straight), _metrics(crashed)
     for step in (2, 3):  # the steps after the resume: identical numbers
-        for key in ("loss", "grad_norm", "entropy", "mismatch_kl"):
+        for key in ("loss", "grad_norm", "entropy", "mismatch_kl", "stale_token_fraction"):
             assert got[step][key] == want[step][key], (step, key)
+        # batch n holds samples of version n: the resumed trainer holds that version again
+        assert got[step]["stale_token_fraction"] == 0.0 and got[step]["mismatch_kl"] > 0
     for version in (1, 2, 3, 4):
         assert state_dicts_equal(_weights(crashed, version), _weights(straight, version))
     assert not state_dicts_equal(_weights(crashed, 3), _weights(crashed, 4))

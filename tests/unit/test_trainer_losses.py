@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 from swefleet.trainer.logprobs import token_logprobs
-from swefleet.trainer.losses import cispo_loss, dapo_loss, mismatch_kl, policy_loss
+from swefleet.trainer.losses import (
+    cispo_loss,
+    dapo_loss,
+    mismatch_kl,
+    policy_loss,
+    version_kls,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -98,16 +104,55 @@ def test_mismatch_kl_hand_value_and_zero_when_equal():
     assert mismatch_kl(logp_inf.clone(), logp_inf, mask, N).item() == 0.0
 
 
+def _k3(r: float) -> float:
+    return r - math.log(r) - 1
+
+
+# tokens 2 and 4 were sampled by an older policy version (token 5 is not trained)
+STALE = [False, False, True, False, True, True]
+
+
+def test_stale_tokens_leave_mismatch_kl_and_land_in_staleness_kl():
+    logp, logp_inf, adv, mask = _inputs()
+    stale = torch.tensor(STALE)
+    kw = {"eps_low": 0.2, "eps_high": 0.28, "tis_cap": 2.0, "n_tokens": N}
+    _, m = policy_loss("dapo", logp, logp_inf, adv, mask, stale=stale, n_stale=2, **kw)
+    # each over its own tokens: 3 fresh (ratios 1.1, 1.5, 0.5), 2 stale (0.5, 3.0)
+    assert m["mismatch_kl"] == pytest.approx((_k3(1.1) + _k3(1.5) + _k3(0.5)) / 3)
+    assert m["staleness_kl"] == pytest.approx((_k3(0.5) + _k3(3.0)) / 2)
+    # the policy drifts further from the stale samples: only staleness_kl moves
+    logp, logp_inf, adv, mask = _inputs(ratios=[1.1, 1.5, 0.02, 0.5, 40.0, 7.0])
+    _, moved = policy_loss("dapo", logp, logp_inf, adv, mask, stale=stale, n_stale=2, **kw)
+    assert moved["mismatch_kl"] == m["mismatch_kl"]
+    assert moved["staleness_kl"] == pytest.approx((_k3(0.02) + _k3(40.0)) / 2)
+    assert moved["staleness_kl"] > 10 * m["staleness_kl"]
+
+
+def test_a_kind_without_tokens_is_none_not_zero():
+    logp, logp_inf, _, mask = _inputs()
+    fresh = version_kls(logp, logp_inf, mask, None, n_fresh=N, n_stale=0)
+    assert fresh["mismatch_kl"] == pytest.approx(sum(_k3(r) for r in RATIOS[:5]) / N)
+    assert fresh["staleness_kl"] is None
+    every = torch.ones(6, dtype=torch.bool)
+    old = version_kls(logp, logp_inf, mask, every, n_fresh=0, n_stale=N)
+    assert old["mismatch_kl"] is None and old["staleness_kl"] == fresh["mismatch_kl"]
+    _, sft = policy_loss("sft", logp, logp_inf, logp_inf, mask, eps_low=0.2, eps_high=0.28,
+                         tis_cap=None, n_tokens=N, stale=every, n_stale=N)
+    assert sft["mismatch_kl"] is None and sft["staleness_kl"] is None
+
+
 def test_micro_batches_add_up_to_the_full_batch():
     logp, logp_inf, adv, mask = _inputs()
+    stale = torch.tensor(STALE)
     full, mf = policy_loss(
-        "dapo", logp, logp_inf, adv, mask, eps_low=0.2, eps_high=0.28, tis_cap=2.0, n_tokens=N
+        "dapo", logp, logp_inf, adv, mask, eps_low=0.2, eps_high=0.28, tis_cap=2.0, n_tokens=N,
+        stale=stale, n_stale=2,
     )
     full.backward()
     g_full = logp.grad.clone()
     logp.grad = None
-    parts, kl = 0.0, 0.0
-    for sl in (slice(0, 2), slice(2, 6)):
+    parts, kl, stale_kl = 0.0, 0.0, 0.0
+    for sl in (slice(0, 2), slice(2, 6)):  # the first part has no stale token
         part, mp = policy_loss(
             "dapo",
             logp[sl],
@@ -118,12 +163,16 @@ def test_micro_batches_add_up_to_the_full_batch():
             eps_high=0.28,
             tis_cap=2.0,
             n_tokens=N,
+            stale=stale[sl],
+            n_stale=2,
         )
         part.backward()
         parts += part.item()
         kl += mp["mismatch_kl"]
+        stale_kl += mp["staleness_kl"]
     assert parts == pytest.approx(full.item(), abs=1e-12)
     assert kl == pytest.approx(mf["mismatch_kl"], abs=1e-12)
+    assert stale_kl == pytest.approx(mf["staleness_kl"], abs=1e-12)
     assert torch.allclose(logp.grad, g_full, atol=1e-12)
 
 
