@@ -68,9 +68,9 @@ def check_eval_args(args: argparse.Namespace) -> None:
     `--set`s, the agent's model or predictions, the task file."""
     from swefleet.app.config import load_config
 
-    load_config(args.config, args.set, servers=args.server)
-    if args.agent == "model":
-        _check_model(args.model, served=bool(args.server))
+    cfg = load_config(args.config, args.set, servers=args.server)
+    if args.agent == "model":  # running servers (--server, kind external) need its tokenizer
+        _check_model(args.model, served=cfg.inference.resolved_kind == "external")
     if args.agent == "predictions":
         if not args.predictions:
             raise ValueError("--agent predictions needs --predictions FILE (SWE-bench JSONL/JSON)")

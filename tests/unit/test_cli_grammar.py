@@ -167,3 +167,18 @@ def test_parser_error_names_an_option_by_its_shown_spelling(capsys):
         parser.parse_args(["--concurrency", "x"])
     err = capsys.readouterr().err
     assert err.startswith("swefleet x: error: argument --max-workers: invalid positive_int"), err
+
+
+def test_running_servers_need_only_the_models_tokenizer(tmp_path):
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    argv = ["--agent", "model", "--model", str(tok), "--tasks", TASKS,
+            "--output-dir", str(tmp_path / "o")]  # fmt: skip
+    with pytest.raises(ValueError, match=r"tok has no config\.json \(not an HF checkpoint\)$"):
+        parse_eval_args(argv)  # launched here: a checkpoint
+    assert parse_eval_args([*argv, "--server", "http://127.0.0.1:1"]).model == str(tok)
+    external = tmp_path / "external.toml"
+    external.write_text('[inference]\nkind = "external"\nservers = ["http://127.0.0.1:1"]\n')
+    assert parse_eval_args([*argv, "--config", str(external)]).model == str(tok)
+    assert not (tmp_path / "o").exists()
