@@ -1,9 +1,10 @@
-"""SWE-bench file formats: predictions in, run and per-instance reports out."""
+"""SWE-bench file formats: predictions in, per-instance reports out (the run report:
+`evals/swebench_report.py`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -100,95 +101,3 @@ def swebench_instance_report(result: GradeResult, model_patch: str | None = "x")
             "PASS_TO_FAIL": empty,
         }
     return {result.instance_id: body}
-
-
-def write_swebench_report(
-    results: Iterable[GradeResult],
-    path: str | Path,
-    *,
-    patches: Mapping[str, str | None] | None = None,
-    total_instances: int | None = None,
-    instance_dir: str | Path | None = None,
-) -> dict:
-    """Write the run summary with SWE-bench's field names (`make_run_report`, schema_version 2).
-
-    `patches` marks empty patches (SWE-bench counts those apart and does not grade them);
-    resolved and unresolved results are `completed`; errors are `error_ids`, those with cause
-    `infra` also `infra_failure_ids`, timeouts and suites that did not run also
-    `ambiguous_failure_ids` (swebench's triage tiers); `failure_reasons` holds every error's
-    reason. With `instance_dir`, `<instance_dir>/<instance_id>/report.json` and
-    `test_output.txt` are written too (SWE-bench's per-instance layout).
-    """
-    results = list(results)
-    patches = patches or {}
-    ids = {
-        k: set()
-        for k in (
-            "completed",
-            "resolved",
-            "unresolved",
-            "error",
-            "empty_patch",
-            "infra_failure",
-            "ambiguous_failure",
-        )
-    }
-    reasons: dict[str, str] = {}
-    for r in results:
-        if r.instance_id in patches and not (patches[r.instance_id] or "").strip():
-            ids["empty_patch"].add(r.instance_id)
-        if r.status == GradeStatus.error:
-            ids["error"].add(r.instance_id)
-            reasons[r.instance_id] = r.reason
-            if r.cause == GradeCause.infra:
-                ids["infra_failure"].add(r.instance_id)
-            elif r.cause in (GradeCause.timeout, GradeCause.no_suite):
-                ids["ambiguous_failure"].add(r.instance_id)
-        else:
-            ids["completed"].add(r.instance_id)
-            ids["resolved" if r.status == GradeStatus.resolved else "unresolved"].add(r.instance_id)
-    submitted = sorted({r.instance_id for r in results} | set(patches))
-    report = {
-        "total_instances": total_instances if total_instances is not None else len(submitted),
-        "submitted_instances": len(submitted),
-        **{
-            f"{k}_instances": len(ids[k])
-            for k in (
-                "completed",
-                "resolved",
-                "unresolved",
-                "infra_failure",
-                "ambiguous_failure",
-                "empty_patch",
-                "error",
-            )
-        },
-        "completed_ids": sorted(ids["completed"]),
-        "incomplete_ids": [],
-        "empty_patch_ids": sorted(ids["empty_patch"]),
-        "submitted_ids": submitted,
-        "resolved_ids": sorted(ids["resolved"]),
-        "unresolved_ids": sorted(ids["unresolved"]),
-        "infra_failure_ids": sorted(ids["infra_failure"]),
-        "ambiguous_failure_ids": sorted(ids["ambiguous_failure"]),
-        "failure_reasons": dict(sorted(reasons.items())),
-        "error_ids": sorted(ids["error"]),
-        "schema_version": 2,
-    }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=4) + "\n")
-    if instance_dir is not None:
-        _write_instance_reports(results, Path(instance_dir), patches)
-    return report
-
-
-def _write_instance_reports(
-    results: list[GradeResult], root: Path, patches: Mapping[str, str | None]
-) -> None:
-    for r in results:
-        d = root / r.instance_id
-        d.mkdir(parents=True, exist_ok=True)
-        report = swebench_instance_report(r, patches.get(r.instance_id, "x"))
-        (d / "report.json").write_text(json.dumps(report, indent=4) + "\n")
-        (d / "test_output.txt").write_text(r.log)

@@ -17,6 +17,11 @@ the rows). Each row is turned into a `Task` with swebench's own functions:
 The legacy 12-column exports (`princeton-nlp/SWE-bench*`) carry no `eval_script`: the installed
 swebench cannot evaluate them either, so such a row is an error naming that field.
 
+A row without a `split` field takes the split of its source (`source_split`): the Hub split it
+was loaded from, else the split its file name says (`test-00000-of-00001.parquet`,
+`swebench_lite_dev.jsonl`), else `test`: SWE-bench's published sets are evaluation sets, so an
+export that does not say otherwise is kept out of training (`swefleet rl` refuses test tasks).
+
 A malformed row is one line naming the file, the row, its instance_id and the field; the other
 rows still load (`read_rows`).
 """
@@ -28,6 +33,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 from swefleet.envs.gradelog import END_TEST_OUTPUT, START_TEST_OUTPUT, swebench_harness
 
@@ -49,6 +55,10 @@ _SWEFLEET_FIELDS = ("source_dir", "recipe", "source_patch", "test_cmd", "test_fi
 #: as SWE-bench keeps it before its start marker).
 SETUP_LOG = "/tmp/swefleet-eval-setup.log"
 _HEREDOC = re.compile(r"<<-?\s*'?([A-Za-z_][A-Za-z0-9_]*)'?\s*$")
+#: Split names a file name may carry (Hugging Face's `<split>-00000-of-00001.parquet`).
+_SPLIT_WORDS = ("train", "dev", "validation", "test")
+#: The split of SWE-bench rows whose source names none.
+DEFAULT_SPLIT = "test"
 
 
 class RowError(ValueError):
@@ -85,20 +95,31 @@ def is_swebench_export(records: list) -> bool:
     )
 
 
-def read_rows(records: list, where: str) -> Rows:
-    """Map every row (`task_record`); a bad row becomes one line in `errors`."""
+def source_split(source: str, hub_split: str | None = None) -> str:
+    """The split of rows from `source` that carry none: the Hub split they were loaded from,
+    else the split word of the file name (its `-`/`_`/`.`-separated parts), else `test`."""
+    if hub_split:
+        return hub_split
+    words = re.split(r"[^a-z0-9]+", PurePath(source).stem.lower())
+    return next((w for w in words if w in _SPLIT_WORDS), DEFAULT_SPLIT)
+
+
+def read_rows(records: list, where: str, split: str = DEFAULT_SPLIT) -> Rows:
+    """Map every row (`task_record`; rows without a split get `split`); a bad row becomes one
+    line in `errors`."""
     out = Rows()
     for i, row in enumerate(records):
         iid = row.get("instance_id") if isinstance(row, dict) else None
         try:
-            out.records.append((i, task_record(row)))
+            out.records.append((i, task_record(row, split)))
         except RowError as e:
             out.errors.append((i, f"{where}: record {i} (instance_id={iid!r}): {e}"))
     return out
 
 
-def task_record(row: Mapping) -> dict:
-    """A swefleet task record for one SWE-bench row (a RowError names the bad field)."""
+def task_record(row: Mapping, split: str = DEFAULT_SPLIT) -> dict:
+    """A swefleet task record for one SWE-bench row (a RowError names the bad field); its
+    `split` is the row's, else `split`."""
     if not isinstance(row, Mapping):
         raise RowError("(row)", "not a JSON object")
     for name in SWEBENCH_COLUMNS:
@@ -126,6 +147,7 @@ def task_record(row: Mapping) -> dict:
         test_cmd=eval_test_cmd(spec.eval_script_list, row["base_commit"]),
         workdir=_container_workdir(),
     )
+    record.setdefault("split", split)
     return record
 
 

@@ -3,7 +3,7 @@
 Sources (`load_tasks`):
 - a local `.jsonl`, `.json` (a list of records) or `.parquet` file (JSON read as written,
   parquet with `datasets`); `split` then keeps the tasks whose `split` field equals it
-  (`train` / `heldout`);
+  (`train` / `heldout` / `test`; SWE-bench rows without one: `envs/swebench_rows.py`);
 - a Hugging Face Hub dataset name such as `princeton-nlp/SWE-bench_Verified`, read with
   `datasets.load_dataset(name, split=split or "test")` (needs network access and a cache, so it
   is unreachable on air-gapped machines; hub records carry no `image`/`source_dir`, so set
@@ -38,6 +38,9 @@ from swefleet.types import Task
 log = logging.getLogger(__name__)
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+#: Splits that are evaluation sets: `swefleet rl` / `sft` refuse to train on their tasks unless
+#: `tasks.allow_test_split` is set.
+TEST_SPLITS = frozenset({"test"})
 _HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 _JSON_LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS", "test_files")
 
@@ -53,7 +56,7 @@ def load_tasks(source: str | Path, split: str | None = None) -> list[Task]:
         tasks = validate_records(_read_file(path), str(path))
         return [t for t in tasks if split is None or t.split == split]
     if isinstance(source, str) and _HUB_NAME.match(source):
-        return validate_records(_read_hub(source, split or "test"), source)
+        return validate_records(_read_hub(source, split or "test"), source, split or "test")
     raise TaskFileError(f"{source}: no such task file, and not a Hub dataset name")
 
 
@@ -132,13 +135,15 @@ def _read_hub(name: str, split: str) -> list[dict]:
         raise TaskFileError(f"{name}: cannot load Hub dataset split {split!r}: {e}") from e
 
 
-def validate_records(records: list[dict], where: str) -> list[Task]:
+def validate_records(records: list[dict], where: str, hub_split: str | None = None) -> list[Task]:
     """Validate raw records into Tasks; `where` names the source in error messages. SWE-bench
-    exports (detected by their columns) go through `_validate_swebench_rows`."""
-    from swefleet.envs.swebench_rows import is_swebench_export
+    exports (detected by their columns) go through `_validate_swebench_rows`; their rows without
+    a `split` take `hub_split` (the Hub split they came from), else the split the file name
+    says, else `test` (`swebench_rows.source_split`)."""
+    from swefleet.envs.swebench_rows import is_swebench_export, source_split
 
     if is_swebench_export(records):
-        return _validate_swebench_rows(records, where)
+        return _validate_swebench_rows(records, where, source_split(where, hub_split))
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for i, record in enumerate(records):
@@ -153,13 +158,13 @@ def validate_records(records: list[dict], where: str) -> list[Task]:
     return tasks
 
 
-def _validate_swebench_rows(records: list, where: str) -> list[Task]:
+def _validate_swebench_rows(records: list, where: str, split: str) -> list[Task]:
     """SWE-bench rows mapped by swebench's own specs (`envs/swebench_rows.py`). A malformed row
     is logged as one line naming the row and the field, and the other rows still load; a file
     with no good row raises the first of those lines."""
     from swefleet.envs.swebench_rows import read_rows
 
-    rows = read_rows(records, where)
+    rows = read_rows(records, where, split)
     errors, tasks, seen = list(rows.errors), [], set()
     for i, record in rows.records:
         try:

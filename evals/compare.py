@@ -2,11 +2,16 @@
 
 Values are recomputed from the raw records each report carries (bench: per-step rows of every
 run; eval: per-task outcomes). Noise (docs/bench.md):
-- bench: 95% CI of stat(B) - stat(A) from a two-level bootstrap (runs, then steps in a run);
-- eval: 95% CI of mean over tasks of the per-task value, bootstrap over tasks, paired when both
-  reports cover the same tasks.
-A delta is "beyond noise" when its CI excludes 0. Metrics without raw samples, or with a single
-one on a side (a bootstrap of one value has no spread), are "not tested".
+- bench: 95% CI of stat(B) - stat(A) from a two-level bootstrap (runs, then steps in a run); a
+  delta is "beyond noise" when its CI excludes 0;
+- eval: exact tests, right for small samples (`evals/exact_tests.py`). success_rate: McNemar's
+  exact test on the paired attempts when both reports cover the same task attempts (same tasks,
+  same number of scored attempts each), else Fisher's exact test on the success counts;
+  pass@k / pass^k: the sign test over tasks when both cover the same tasks, else not tested.
+  p < 0.05 is "distinguishable", otherwise "not distinguishable". The bootstrap CI over tasks
+  is shown as the delta's spread (it collapses to a point when all outcomes are equal: never a
+  verdict).
+Metrics without raw samples, or with a single one on a side, are "not tested".
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable, Sequence
 from swefleet.evals.bench_data import PHASES
 from swefleet.evals.bench_report import SCHEMA as BENCH_SCHEMA
 from swefleet.evals.bench_report import config_diff
+from swefleet.evals.exact_tests import SIGNIFICANCE, fisher_exact_p, mcnemar_exact_p
 from swefleet.evals.report import SCHEMA as EVAL_SCHEMA
 from swefleet.evals.stats import bootstrap_task_delta_ci, pass_at_k, pass_hat_k
 from swefleet.evals.steptime import bootstrap_delta_ci, coef_var, mean
@@ -47,14 +53,21 @@ def compare_reports(a: dict, b: dict, *, n_boot: int = 2000, seed: int = 0) -> d
 
 
 def _row(metric: str, va: float | None, vb: float | None,
-         ci: tuple[float, float] | None = None, note: str = "") -> dict:
+         ci: tuple[float, float] | None = None, note: str = "",
+         test: tuple[str, float] | None = None) -> dict:
+    """One compared metric; the verdict is the exact `test`'s (name, p) when given, else the
+    CI's."""
     delta = None if va is None or vb is None else vb - va
+    if test is not None:
+        beyond = test[1] < SIGNIFICANCE
+    else:
+        beyond = None if ci is None else not (ci[0] <= 0.0 <= ci[1])
     return {
         "metric": metric, "a": va, "b": vb, "delta": delta,
         "rel_delta": delta / va if delta is not None and va else None,
         "ci95": list(ci) if ci else None,
-        "beyond_noise": None if ci is None else not (ci[0] <= 0.0 <= ci[1]),
-        "note": note,
+        "test": test[0] if test else None, "p_value": test[1] if test else None,
+        "beyond_noise": beyond, "note": note,
     }
 
 
@@ -104,16 +117,54 @@ def _eval_rows(a: dict, b: dict, n_boot: int, seed: int) -> list[dict]:
             rows.append(_row(metric, None, None, note="no scored tasks"))
             continue
         va, vb = mean(list(ta.values())), mean(list(tb.values()))
-        if min(len(ta), len(tb)) < 2:
-            rows.append(_row(metric, va, vb, note=f"tasks {len(ta)} vs {len(tb)}: one task, no "
-                                                  "noise estimate"))
-            continue
-        ci, paired = bootstrap_task_delta_ci(ta, tb, n_boot=n_boot, seed=seed)
-        note = f"{'paired' if paired else 'unpaired'}, tasks {len(ta)} vs {len(tb)}"
-        rows.append(_row(metric, va, vb, ci, note))
+        test = (_success_test(a["per_task"], b["per_task"]) if metric == "success_rate"
+                else _sign_test(ta, tb))
+        note = f"{test[0] if test else 'not tested'}, tasks {len(ta)} vs {len(tb)}"
+        ci = None
+        if min(len(ta), len(tb)) >= 2:
+            ci, _ = bootstrap_task_delta_ci(ta, tb, n_boot=n_boot, seed=seed)
+        row = _row(metric, va, vb, ci, note, test)
+        if test is None:  # a bootstrap CI of success outcomes is no test (it can collapse)
+            row["beyond_noise"] = None
+        rows.append(row)
     for key in ("flip_rate", "infra_errors", "n_tasks", "n_episodes", "tokens_mean", "wall_s_mean"):
         rows.append(_row(key, a.get(key), b.get(key)))
     return rows
+
+
+def paired_attempts(a: dict[str, list[bool]], b: dict[str, list[bool]]
+                    ) -> list[tuple[bool, bool]] | None:
+    """(A, B) outcome pairs when both cover the same task attempts (the same tasks with the
+    same number of scored attempts, paired in attempt order); None otherwise."""
+    scored_a = {t: o for t, o in a.items() if o}
+    scored_b = {t: o for t, o in b.items() if o}
+    if scored_a.keys() != scored_b.keys():
+        return None
+    if any(len(scored_a[t]) != len(scored_b[t]) for t in scored_a):
+        return None
+    return [pair for t in sorted(scored_a) for pair in zip(scored_a[t], scored_b[t])]
+
+
+def _success_test(a: dict[str, list[bool]], b: dict[str, list[bool]]) -> tuple[str, float]:
+    """McNemar's exact test on paired attempts, else Fisher's on the success counts."""
+    pairs = paired_attempts(a, b)
+    if pairs is not None:
+        a_only = sum(1 for x, y in pairs if x and not y)
+        b_only = sum(1 for x, y in pairs if y and not x)
+        return "paired: McNemar exact", mcnemar_exact_p(a_only, b_only)
+    na, nb = sum(len(o) for o in a.values()), sum(len(o) for o in b.values())
+    sa, sb = sum(sum(o) for o in a.values()), sum(sum(o) for o in b.values())
+    return "unpaired: Fisher exact", fisher_exact_p(sa, na, sb, nb)
+
+
+def _sign_test(ta: dict[str, float], tb: dict[str, float]) -> tuple[str, float] | None:
+    """The sign test over tasks (ties dropped) when both cover the same tasks; None (not
+    tested) otherwise."""
+    if ta.keys() != tb.keys():
+        return None
+    a_better = sum(1 for t in ta if ta[t] > tb[t])
+    b_better = sum(1 for t in ta if tb[t] > ta[t])
+    return "paired: sign test over tasks", mcnemar_exact_p(a_better, b_better)
 
 
 def _fmt(x: float | None) -> str:
@@ -128,13 +179,20 @@ def compare_markdown(result: dict, name_a: str = "A", name_b: str = "B") -> str:
         lines += ["config changes:"] + [f"- {k}: {_fmt(va)} → {_fmt(vb)}"
                                         for k, (va, vb) in result["config_changes"].items()]
         lines.append("")
-    lines += ["| metric | A | B | delta | change | 95% CI of delta | verdict | note |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["| metric | A | B | delta | change | 95% CI of delta | p | verdict | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         ci = "–" if r["ci95"] is None else f"[{r['ci95'][0]:.4g}, {r['ci95'][1]:.4g}]"
-        verdict = {None: "not tested", True: "**beyond noise**", False: "within noise"}[
-            r["beyond_noise"]]
+        p = "–" if r.get("p_value") is None else f"{r['p_value']:.3g}"
         rel = "–" if r["rel_delta"] is None else f"{r['rel_delta']:+.1%}"
         lines.append(f"| {r['metric']} | {_fmt(r['a'])} | {_fmt(r['b'])} | {_fmt(r['delta'])} | "
-                     f"{rel} | {ci} | {verdict} | {r['note']} |")
+                     f"{rel} | {ci} | {p} | {_verdict(r)} | {r['note']} |")
     return "\n".join(lines) + "\n"
+
+
+def _verdict(row: dict) -> str:
+    if row["beyond_noise"] is None:
+        return "not tested"
+    if row.get("p_value") is not None:
+        return "**distinguishable**" if row["beyond_noise"] else "not distinguishable"
+    return "**beyond noise**" if row["beyond_noise"] else "within noise"

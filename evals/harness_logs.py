@@ -9,8 +9,10 @@
 
 `<model>` is `model_name_or_path` with `/` replaced by `__`, as SWE-bench does. Attempt 0 is
 `<run_id>`; attempt a >= 1 of `-k` is its own run, `<run_id>.attempt<a>`. As in SWE-bench, an
-instance that ended in an infrastructure error has no `report.json` (it is re-run when the
-eval is started again); its `run_instance.log` says why.
+instance whose grading did not finish has no `report.json`: an infrastructure error (it is
+re-run when the eval is started again), a patch that did not apply, tests past their deadline
+(the harness's `EvaluationError`s); its `run_instance.log` says why, a timeout in the harness's
+words (`Timeout error: N seconds exceeded.`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import time
 from pathlib import Path
 
 from swefleet.rundir import write_text_atomic
-from swefleet.types import EpisodeStatus, Trajectory
+from swefleet.types import EpisodeStatus, GradeCause, Trajectory
 
 RUN_EVALUATION_LOG_DIR = Path("logs/run_evaluation")
 LOG_REPORT, LOG_INSTANCE, LOG_TEST_OUTPUT, LOG_PATCH = (
     "report.json", "run_instance.log", "test_output.txt", "patch.diff")
+#: Grade causes after which SWE-bench's `run_instance` raises `EvaluationError` (no report).
+NO_REPORT_CAUSES = frozenset({GradeCause.patch_failed, GradeCause.timeout, GradeCause.infra})
 
 
 def run_dir_name(run_id: str, attempt: int) -> str:
@@ -53,12 +57,15 @@ def write_instance_logs(log_dir: Path, traj: Trajectory, attempt: int, wall_s: f
 
 
 def instance_report(traj: Trajectory) -> dict | None:
-    """SWE-bench's per-instance report; None for an episode that is run again on resume
-    (`infra_error`, `cancelled`: as in SWE-bench, a missing report means "not done"). An episode
-    scored without grading (e.g. `limit_time`) is reported unresolved, not applied."""
+    """SWE-bench's per-instance report; None where the harness writes none: an episode that is
+    run again on resume (`infra_error`, `cancelled`) and a grading that ended in an
+    `EvaluationError` (patch not applied, tests timed out). An episode scored without grading
+    (e.g. `limit_time`) is reported unresolved, not applied."""
     from swefleet.envs.swebench_io import swebench_instance_report
 
     if traj.status in (EpisodeStatus.infra_error, EpisodeStatus.cancelled):
+        return None
+    if traj.grade is not None and traj.grade.cause in NO_REPORT_CAUSES:
         return None
     if traj.grade is not None:
         return swebench_instance_report(traj.grade, traj.model_patch)
@@ -80,5 +87,7 @@ def _instance_log(traj: Trajectory, attempt: int, wall_s: float) -> str:
                      + f" in {g.duration_s:.1f} s")
         if g.dropped_paths:
             lines.append("dropped from the patch (protected): " + ", ".join(g.dropped_paths))
+        if g.cause == GradeCause.timeout:  # the harness's words (its failure signature)
+            lines.append(f"Timeout error: {round(g.duration_s)} seconds exceeded.")
     lines.append(f"Result for {traj.task_id}: resolved: {traj.status == EpisodeStatus.resolved}")
     return "".join(f"{now} - {line}\n" for line in lines)

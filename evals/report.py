@@ -2,7 +2,8 @@
 
 Schema `swefleet.eval/2` (JSON): success_rate, ci95, pass_at_k, pass_hat_k, avg_at_k, flip_rate,
 n_tasks, n_episodes, infra_errors, tampered, success_rate_infra_as_failure, tokens_mean, wall_s_mean,
-per_task. Infra errors are excluded from the rates (and counted); the `_infra_as_failure` rate
+per_task; an eval of a trained checkpoint adds `trained_overlap` (`evals/trained_tasks.py`), shown
+first in report.md. Infra errors are excluded from the rates (and counted); the `_infra_as_failure` rate
 counts them as failures, for comparison.
 """
 
@@ -17,13 +18,16 @@ from swefleet.evals.stats import (
     success_rate,
     success_rate_ci,
 )
+from swefleet.evals.trained_tasks import overlap_line
 
 SCHEMA = "swefleet.eval/2"
 
 
 def outcomes_by_task(records: list[dict], *, infra_as_failure: bool = False) -> dict[str, list[bool]]:
+    """Scored outcomes per task in attempt order (not finishing order: a paired comparison
+    pairs attempts by position)."""
     out: dict[str, list[bool]] = defaultdict(list)
-    for r in records:
+    for r in sorted(records, key=lambda r: (r["task_id"], r.get("attempt", 0))):
         if r["resolved"] is None:
             if infra_as_failure:
                 out[r["task_id"]].append(False)
@@ -64,6 +68,7 @@ def report_markdown(report: dict) -> str:
     lines = [
         "# swefleet eval",
         "",
+        *([overlap_line(report["trained_overlap"])] if "trained_overlap" in report else []),
         f"- success rate: **{report['success_rate']:.1%}** (95% CI {lo:.1%} – {hi:.1%})",
         (f"- tasks: {report['n_tasks']}, episodes: {report['n_episodes']}, "
          f"infra errors: {report['infra_errors']} "

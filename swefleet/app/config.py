@@ -66,6 +66,11 @@ class TasksConfig(BaseModel):
     """Use at most this many tasks (first ones after filtering)."""
     base_image: str = "swefleet-base:bookworm"
     """Base image for task images; bootstrapped offline from Debian when missing."""
+    allow_test_split: bool = False
+    """Let `swefleet rl` and `swefleet sft` train on tasks of split `test` (SWE-bench's
+    evaluation sets: docs/tasks.md). False: such tasks are refused (exit 2). Either way the run
+    records its tasks in `trained_tasks.json`, and an eval of its checkpoints reports the
+    overlap."""
 
 
 class RunConfig(BaseModel):

@@ -33,6 +33,8 @@ from swefleet.evals.report import build_report, report_markdown
 from swefleet.evals.resume import drop_retryable
 from swefleet.evals.select import select_tasks
 from swefleet.evals.served import check_served_model
+from swefleet.evals.swebench_report import dataset_ids, write_swebench_outputs
+from swefleet.evals.trained_tasks import overlap_fields
 from swefleet.rundir import append_jsonl, read_jsonl, write_json_atomic
 from swefleet.types import EpisodeStatus, GradeCause, GradeStatus, Task, Trajectory
 
@@ -74,8 +76,11 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     records = [r for r in read_jsonl(out / "episodes.jsonl") if r["task_id"] in selected]
     report = build_report(records, args.k)
     report.update(cost_fields(report, cfg.orchestrator))
+    if args.agent == "model":  # was the checkpoint trained on the tasks it is evaluated on?
+        report.update(overlap_fields(args.model, selected))
     write_json_atomic(out / "report.json", report)
-    write_swebench_outputs(records, out, model_name=layout.model_name)
+    write_swebench_outputs(records, out, layout.run_id, layout.model_name,
+                           dataset_ids(args.tasks, args.split, args.instance_ids))
     (out / "report.md").write_text(report_markdown(report))
     if args.export_trajectories:
         from swefleet.evals.export import export_mini_swe_agent
@@ -206,21 +211,6 @@ def cost_fields(report: dict, orch) -> dict:
     minutes = report["wall_s_mean"] / 60.0 * max(orch.n_gpus, 1)
     return {"cost_minutes_per_rollout": minutes,
             "cost_per_rollout": minutes / 60.0 * orch.gpu_hour_price, "currency": orch.currency}
-
-
-def write_swebench_outputs(records: list[dict], out: Path, model_name: str) -> None:
-    """SWE-bench predictions JSONL and run report for the first attempt of each task."""
-    from swefleet.envs.swebench_io import write_swebench_report
-    from swefleet.types import GradeResult
-
-    first = sorted((r for r in records if r["attempt"] == 0), key=lambda r: r["task_id"])
-    with open(out / "predictions.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({"instance_id": r["task_id"], "model_name_or_path": model_name,
-                                "model_patch": r["model_patch"]}) + "\n" for r in first)
-    graded = [GradeResult.model_validate(r["grade"]) for r in first if r.get("grade")]
-    write_swebench_report(graded, out / "swebench_report.json",
-                          patches={r["task_id"]: r["model_patch"] for r in first},
-                          total_instances=len(first))
 
 
 class _PatchPolicy:

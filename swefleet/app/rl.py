@@ -25,6 +25,7 @@ def run_rl(cfg: RunConfig) -> int:
     from swefleet.app.servers import check_launchable
 
     check_launchable(cfg)  # a missing vLLM fails before the run directory and the model exist
+    trained = training_tasks(cfg) if cfg.environment == "swe" else []  # (test split: refused)
     out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)
     resuming = (out / "config.json").exists()
     run_dir = RunDir(out)
@@ -32,6 +33,11 @@ def run_rl(cfg: RunConfig) -> int:
         log.info("%s holds a run: resuming it", out)
     write_json_atomic(run_dir.root / ("config.resumed.json" if resuming else "config.json"),
                       cfg.model_dump(mode="json"))
+    if trained:
+        from swefleet.evals.trained_tasks import record_trained_tasks
+
+        record_trained_tasks(run_dir.root, [t.instance_id for t in trained], cfg.tasks.path,
+                             cfg.model.path or None)
     run_id = f"{cfg.name}-{uuid.uuid4().hex[:8]}"
     log.info("run %s -> %s", run_id, run_dir.root)
     from swefleet.inference.supervisor import NoServersLeft
@@ -76,11 +82,39 @@ def prepare_tasks(cfg: RunConfig, select=None):
     if select is not None:
         tasks = select(tasks)
     if not tasks:
-        raise ValueError(f"no tasks in {cfg.tasks.path} (split={cfg.tasks.split})")
+        raise ValueError(_no_tasks(cfg))
     if any(not t.image for t in tasks):  # (tasks naming their images need no Docker here)
         build_base_image(cfg.tasks.base_image)
         prepare_task_images(tasks, cfg.tasks.path, cfg.tasks.base_image)
     return tasks
+
+
+def training_tasks(cfg: RunConfig) -> list:
+    """The configured tasks (no images built), refused with one line when some are of a test
+    split and `tasks.allow_test_split` is off: a training run never takes an evaluation set by
+    default."""
+    from swefleet.envs.tasks import TEST_SPLITS, load_tasks
+
+    tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)[: cfg.tasks.limit or None]
+    if not tasks:
+        raise ValueError(_no_tasks(cfg))
+    test = [t.instance_id for t in tasks if t.split in TEST_SPLITS]
+    if test and not cfg.tasks.allow_test_split:
+        shown = ", ".join(test[:3]) + (", ..." if len(test) > 3 else "")
+        raise ValueError(
+            f"{cfg.tasks.path}: {len(test)} of the {len(tasks)} tasks to train on are of split "
+            f"'test' ({shown}): an evaluation set; pick training tasks (tasks.split) or set "
+            "tasks.allow_test_split = true to train on them anyway")
+    return tasks
+
+
+def _no_tasks(cfg: RunConfig) -> str:
+    """Why the configured task set is empty, with the splits the source does have."""
+    from swefleet.envs.tasks import load_tasks
+
+    splits = sorted({t.split for t in load_tasks(cfg.tasks.path)}) if cfg.tasks.split else []
+    has = f"; its tasks are of split {', '.join(splits)}" if splits else ""
+    return f"no tasks in {cfg.tasks.path} (split={cfg.tasks.split}){has}"
 
 
 async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:

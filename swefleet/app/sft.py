@@ -45,17 +45,37 @@ def run_sft(cfg: RunConfig, sft_dir: Path) -> Path:
 
     if cfg.sft.steps < 1:
         raise ValueError("sft.steps: must be at least 1 to fine-tune")
+    trained = _trained_task_ids(cfg)  # oracle tasks of a test split: refused, nothing written
     run_dir = RunDir(sft_dir)
     final = run_dir.weights_path(cfg.sft.steps)
     if (final / "config.json").exists():
         log.info("SFT checkpoint %s exists: stage skipped", final)
         return final
+    from swefleet.evals.trained_tasks import record_trained_tasks
+
+    record_trained_tasks(run_dir.root, trained, cfg.sft.trajectories or cfg.tasks.path,
+                         cfg.model.path or None)
     model_dir = prepare_model(cfg, run_dir)
     samples = _samples(cfg, run_dir, model_dir)
     _write_batches(cfg, run_dir, samples)
     _train(cfg, run_dir, model_dir)
     _prune_versions(run_dir, cfg.sft.steps)
     return final
+
+
+def _trained_task_ids(cfg: RunConfig) -> list[str]:
+    """The ids of the tasks SFT trains on: those of a trajectories file's records (`task_id`,
+    mini-swe-agent's `instance_id`), else the oracle's `[tasks]` (`rl.training_tasks`: a test
+    split is refused)."""
+    if not cfg.sft.trajectories:
+        from swefleet.app.rl import training_tasks
+
+        return [t.instance_id for t in training_tasks(cfg)]
+    from swefleet.trainer.sft_data import _records
+
+    records = _records(Path(cfg.sft.trajectories))
+    ids = {r.get("task_id") or r.get("instance_id") for r in records if isinstance(r, dict)}
+    return sorted(i for i in ids if isinstance(i, str) and i)
 
 
 def _samples(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> list[dict]:

@@ -33,8 +33,10 @@ def test_oracle_and_empty_rates(tmp_path, agent, rate):
     assert report["n_tasks"] == 3 and report["n_episodes"] == 3 and report["infra_errors"] == 0
     preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(preds) == 3 and all(p["model_patch"] or agent == "empty" for p in preds)
-    swebench = json.loads((out / "swebench_report.json").read_text())
+    swebench = json.loads((out / f"{agent}.{agent}.json").read_text())  # <model>.<run_id>.json
     assert swebench["resolved_instances"] == (3 if agent == "oracle" else 0)
+    assert swebench["completed_instances"] == (3 if agent == "oracle" else 0)
+    assert swebench["empty_patch_instances"] == (0 if agent == "oracle" else 3)
 
 
 def test_overrides_apply_and_a_bad_one_is_one_line_with_exit_2(tmp_path):
@@ -82,6 +84,9 @@ def test_model_agent_eval_reports_pass_at_k(tmp_path):
     from swefleet.tinymodel import create_tiny_model
 
     model = create_tiny_model(tmp_path / "model")
+    heldout = [json.loads(line)["instance_id"] for line in TASKS.read_text().splitlines()
+               if json.loads(line)["split"] == "heldout"]
+    (model / "trained_tasks.json").write_text(json.dumps({"task_ids": heldout[:1]}))
     cfg = tmp_path / "eval.toml"
     cfg.write_text("[agent]\nmax_steps = 1\nmax_tokens_per_turn = 16\n"
                    "context_budget_tokens = 4096\n[inference]\ndevice = \"cpu\"\n")
@@ -94,6 +99,9 @@ def test_model_agent_eval_reports_pass_at_k(tmp_path):
     assert report["n_tasks"] == 3 and report["n_episodes"] == 6
     assert set(report["pass_at_k"]) == {"1", "2"}
     assert report["tokens_mean"] > 0  # the agent really talked to the served model
+    overlap = report["trained_overlap"]  # the checkpoint's record names one evaluated task
+    assert (overlap["n_overlap"], overlap["overlap_ids"]) == (1, heldout[:1])
+    assert "**trained on 1 of the 3 evaluated tasks**" in (out / "report.md").read_text()
     episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert all(e["status"] in ("limit_steps", "format_errors", "unresolved", "resolved")
                for e in episodes), [e["status"] for e in episodes]
@@ -114,8 +122,10 @@ def test_grading_a_swebench_predictions_file(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["n_tasks"] == 2 and report["success_rate"] == 0.5
-    swebench = json.loads((out / "swebench_report.json").read_text())
+    swebench = json.loads((out / "predictions.preds.json").read_text())
     assert swebench["resolved_ids"] == [held[0]["instance_id"]]
+    assert swebench["empty_patch_ids"] == [held[1]["instance_id"]]
+    assert swebench["total_instances"] == 3 and swebench["incomplete_ids"] == [held[2]["instance_id"]]
 
     preds.write_text(json.dumps({"instance_id": "nope__nope-1", "model_patch": ""}) + "\n")
     bad = subprocess.run(_eval(tmp_path / "bad", "predictions", "--predictions", str(preds)),

@@ -67,6 +67,10 @@ def test_quickstart_runs_end_to_end(tmp_path):
     assert len(trainer) == 2
     assert sorted(p.name for p in (out / "weights").iterdir() if p.is_dir()) == ["v000001", "v000002"]
     assert (out / "config.json").exists()
+    train = [json.loads(line) for line in (REPO / "envs/data/quickstart/tasks.jsonl").read_text()
+             .splitlines() if json.loads(line)["split"] == "train"]
+    trained = json.loads((out / "trained_tasks.json").read_text())["task_ids"]
+    assert trained == sorted(t["instance_id"] for t in train)  # what an eval checks overlap with
     assert _swefleet_containers(proc.pid) == []
 
 

@@ -91,6 +91,8 @@ def test_oracle_trajectories_apply_the_gold_patch_and_submit(sft_dir):
         assert len(traj.turns) == 2 and traj.reward == 1.0
         assert all(line in traj.model_patch.splitlines() for line in gold_added), traj.model_patch
         assert traj.turns[0].action.startswith("git apply --unidiff-zero")
+    trained = json.loads((sft_dir / "trained_tasks.json").read_text())  # the run's task record
+    assert trained["task_ids"] == sorted(t.task_id for t in trajs)
 
 
 def test_sft_lowers_the_loss_and_raises_the_gold_likelihood(sft_dir):

@@ -115,11 +115,68 @@ def test_a_single_sample_is_never_beyond_noise(tmp_path):
     """One task (or one steady step) per side: a bootstrap of one value has no spread, so its
     CI is the point delta itself and would call any change significant."""
     sr = _rows(compare_reports(_eval({"a": [False]}), _eval({"a": [True]}), n_boot=100))
-    assert sr["success_rate"]["delta"] == 1.0
-    assert sr["success_rate"]["beyond_noise"] is None and "one task" in sr["success_rate"]["note"]
+    assert sr["success_rate"]["delta"] == 1.0 and sr["success_rate"]["ci95"] is None
+    assert sr["success_rate"]["p_value"] == 1.0  # one discordant pair: McNemar's p is 1
+    assert sr["success_rate"]["beyond_noise"] is False
     from tests.unit.evals_bench_fixture import write_run
 
     one = [build_bench_report([load_run(write_run(tmp_path / n, [5, t], steps=2))])
            for n, t in (("a", 2.0), ("b", 2.5))]  # step 0 is warm-up: one steady step each
     med = _rows(compare_reports(*one, n_boot=100))["step_time_median_s"]
     assert med["delta"] == 0.5 and med["beyond_noise"] is None and med["ci95"] is None
+
+
+def test_exact_tests_match_textbook_values():
+    from swefleet.evals.exact_tests import fisher_exact_p, mcnemar_exact_p
+
+    assert fisher_exact_p(3, 4, 1, 4) == pytest.approx(17 / 35)  # Fisher's lady tasting tea
+    assert fisher_exact_p(8, 10, 1, 6) == pytest.approx(0.034965034965)  # scipy's docs example
+    assert fisher_exact_p(1, 10, 11, 14) == pytest.approx(0.0027594562)  # Wikipedia's dieting
+    assert fisher_exact_p(0, 3, 2, 2) == pytest.approx(0.1)  # 1 table in 10 is as extreme
+    assert fisher_exact_p(2, 5, 2, 5) == 1.0
+    assert mcnemar_exact_p(0, 6) == pytest.approx(2 / 64)  # binomial(6, 1/2) tails
+    assert mcnemar_exact_p(1, 5) == pytest.approx(2 * 7 / 64)
+    assert mcnemar_exact_p(2, 10) == pytest.approx(2 * 79 / 4096)
+    assert mcnemar_exact_p(3, 3) == mcnemar_exact_p(0, 0) == 1.0
+    with pytest.raises(ValueError):
+        fisher_exact_p(4, 3, 0, 1)
+
+
+def test_eval_few_tasks_are_not_distinguishable_unpaired_fisher():
+    """0/3 vs 2/2 looks like a jump from 0% to 100%; Fisher's exact test says p = 0.1."""
+    a = _eval({"a": [False], "b": [False], "c": [False]})
+    b = _eval({"x": [True], "y": [True]})
+    result = compare_reports(a, b, n_boot=200)
+    sr = _rows(result)["success_rate"]
+    assert sr["p_value"] == pytest.approx(0.1) and sr["beyond_noise"] is False
+    assert sr["test"].startswith("unpaired: Fisher")
+    assert _rows(result)["pass@1"]["beyond_noise"] is None  # no exact test unpaired: no verdict
+    assert "| 0.1 | not distinguishable | unpaired: Fisher exact" in compare_markdown(result)
+
+
+def test_eval_paired_mcnemar_ignores_a_collapsed_bootstrap():
+    """Same 3 tasks, all failed then all resolved: every bootstrap resample gives delta 1 (a
+    zero-width CI), but 3 discordant pairs give McNemar p = 2/8."""
+    a = _eval({"a": [False], "b": [False], "c": [False]})
+    b = _eval({"a": [True], "b": [True], "c": [True]})
+    rows = _rows(compare_reports(a, b, n_boot=200))
+    assert rows["success_rate"]["ci95"] == [1.0, 1.0]
+    assert rows["success_rate"]["p_value"] == pytest.approx(0.25)
+    assert rows["success_rate"]["beyond_noise"] is False
+    assert rows["pass@1"]["test"] == "paired: sign test over tasks"
+    big_a = _eval({f"t{i}": [False] for i in range(8)})
+    big_b = _eval({f"t{i}": [True] for i in range(8)})
+    sr = _rows(compare_reports(big_a, big_b, n_boot=200))["success_rate"]
+    assert sr["p_value"] == pytest.approx(2 / 256) and sr["beyond_noise"] is True
+
+
+def test_pairing_needs_the_same_task_attempts_in_attempt_order():
+    from swefleet.evals.compare import paired_attempts
+
+    records = [{"task_id": "a", "attempt": 1, "resolved": True},  # finished first
+               {"task_id": "a", "attempt": 0, "resolved": False}]
+    assert build_report(records, k=2)["per_task"] == {"a": [False, True]}
+    assert paired_attempts({"a": [False, True]}, {"a": [True, True]}) == [
+        (False, True), (True, True)]
+    assert paired_attempts({"a": [False, True]}, {"a": [True]}) is None  # an infra error
+    assert paired_attempts({"a": [True]}, {"b": [True]}) is None
