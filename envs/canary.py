@@ -21,6 +21,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+from swefleet.envs import safe_ast
+
 #: Log parsers whose output names pytest node ids (`path::name`): canaries can be planted.
 PYTEST_PARSERS = ("pytest", "pytest_options", "pytest_v2", "pytest_v3")
 _FILLER = ("value", "result", "input", "default", "empty", "single", "basic", "order",
@@ -59,7 +61,7 @@ def plant(text: str, path: str, rng: random.Random) -> tuple[str, list[str], lis
     if "\r" in text.replace("\r\n", ""):
         return None  # lone CR line ends: line numbers would not match `ast`'s
     try:
-        tree = ast.parse(text)
+        tree = safe_ast.parse(text)
     except (SyntaxError, ValueError):
         return None
     if _has_pytestmark(tree):

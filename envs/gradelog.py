@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 from swefleet.envs.patchfiles import split_patch
@@ -86,9 +87,17 @@ def swebench_harness() -> None:
     huggingface_hub) and modal, ~2 s, and absent on a machine that only grades (a GPU node with
     the bwrap backend). The log parsers, `grading` and `constants` need only the standard
     library and unidiff; with an empty package registered in their place, each submodule still
-    loads from swebench's own directory on first import. No-op once the package is imported."""
-    if "swebench.harness" in sys.modules:
-        return
+    loads from swebench's own directory on first import. No-op once the package is imported.
+    Grading threads call it at once: one registers the package, the others wait for it."""
+    with _HARNESS_LOCK:
+        if "swebench.harness" not in sys.modules:
+            _register_harness()
+
+
+_HARNESS_LOCK = threading.Lock()
+
+
+def _register_harness() -> None:
     import importlib.machinery
     import importlib.util
 

@@ -5,10 +5,11 @@ Works on `pytest -rA` output with the default (long) traceback style, as the gra
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 from dataclasses import dataclass, field
+
+from swefleet.envs import safe_ast
 
 _SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
 _OTHER_SECTION = re.compile(r"^=+ .* =+$")
@@ -108,7 +109,7 @@ def _failing_statement(frame: list[str]) -> str:
         stmt.append(line)
     code = textwrap.dedent("\n".join(stmt)).strip()
     try:
-        ast.parse(code)
+        safe_ast.parse(code)
     except SyntaxError:
         return ""
     return code

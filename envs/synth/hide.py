@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
+from swefleet.envs import safe_ast
 from swefleet.envs.data.make_quickstart import unified_diff
 
 _PARAMS = re.compile(r"\[.*\]$")
@@ -43,7 +44,7 @@ def _locate(sources: dict[str, str], test_id: str) -> tuple[str, ast.AST] | None
     base classes of its class, looked up by name in the test files (its file first)."""
     path, classes, name = split_test_id(test_id)
     if path in sources:
-        for owners, node in _defs(ast.parse(sources[path])):
+        for owners, node in _defs(safe_ast.parse(sources[path])):
             if node.name == name and owners == classes:
                 return path, node
     if not classes:
@@ -58,7 +59,7 @@ def _inherited(sources: dict[str, str], first: str, cls: str, name: str,
         return None
     seen.add(cls)
     for path in sorted(sources, key=lambda p: (p != first, p)):
-        for node in ast.parse(sources[path]).body:
+        for node in safe_ast.parse(sources[path]).body:
             if not (isinstance(node, ast.ClassDef) and node.name == cls):
                 continue
             for stmt in node.body:
@@ -85,7 +86,7 @@ def _remove(text: str, nodes: list[ast.AST]) -> str:
     kept = [line for i, line in enumerate(lines) if i not in drop]
     out = "".join(kept)
     try:
-        ast.parse(out)
+        safe_ast.parse(out)
         return out
     except SyntaxError:  # an emptied class: keep `pass` where its first removed test was
         pass
@@ -95,7 +96,7 @@ def _remove(text: str, nodes: list[ast.AST]) -> str:
         drop.discard(node.lineno - 1)
         out = "".join(line for i, line in enumerate(lines) if i not in drop)
         try:
-            ast.parse(out)
+            safe_ast.parse(out)
             return out
         except SyntaxError:
             continue

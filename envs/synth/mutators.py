@@ -28,6 +28,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from swefleet.envs import safe_ast
+
 KINDS = (
     "flipped_comparison", "off_by_one", "removed_branch", "swapped_arguments",
     "swapped_operands", "wrong_constant", "boolean_operator", "wrong_operator",
@@ -85,7 +87,7 @@ class Mutation:
     def is_valid(self, source: str) -> bool:
         """The mutated file parses and differs from the original in its syntax tree."""
         try:
-            mutated = ast.parse(self.apply(source))
+            mutated = safe_ast.parse(self.apply(source))
         except (SyntaxError, ValueError):
             return False
         return ast.dump(mutated) != _dump(source)
@@ -93,7 +95,7 @@ class Mutation:
 
 @functools.lru_cache(maxsize=8)
 def _dump(source: str) -> str:
-    return ast.dump(ast.parse(source))
+    return ast.dump(safe_ast.parse(source))
 
 
 class _Text:
@@ -281,7 +283,7 @@ _MAKERS = {
 def find_mutations(source: str, path: str) -> list[Mutation]:
     """Every candidate mutation of `source` (a Python file at `path`), in source order."""
     collector = _Collector(source, path)
-    collector.visit(ast.parse(source))
+    collector.visit(safe_ast.parse(source))
     return sorted(collector.out, key=lambda m: (m.start, m.end, m.kind, m.new))
 
 

@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
+from swefleet.envs import safe_ast
 from swefleet.envs.synth.failures import Failure, failure_blocks, header_of, parse_failure
 from swefleet.envs.synth.mutators import Mutation
 from swefleet.envs.synth.recipe import Recipe
@@ -64,7 +65,7 @@ def _qualname_at(source: str, line: int) -> str:
                 if isinstance(node, ast.ClassDef):
                     walk(node.body, best)
 
-    walk(ast.parse(source).body, [])
+    walk(safe_ast.parse(source).body, [])
     return ".".join(best)
 
 
@@ -96,7 +97,7 @@ def public_names(sources: dict[str, str]) -> dict[str, str]:
     public methods of public classes of the package's sources (first definition wins)."""
     out: dict[str, str] = {}
     for path in sorted(sources):
-        for node in ast.parse(sources[path]).body:
+        for node in safe_ast.parse(sources[path]).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
                 out.setdefault(node.name, node.name)
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):

@@ -1,0 +1,82 @@
+"""Parsing and compiling syntax trees from many threads at once (`envs/safe_ast.py`).
+
+The hammer makes threads switch inside a parse (a finalizer that sleeps runs in the middle of
+building the tree, as garbage collection does under load): with plain `ast.parse` on CPython
+3.11 it soon fails with `SystemError: AST constructor recursion depth mismatch`; through
+`safe_ast` never."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import sys
+import threading
+import time
+
+import pytest
+from swefleet.envs import safe_ast
+
+pytestmark = pytest.mark.unit
+
+SOURCE = "x = " + "[" * 30 + "1" + "]" * 30 + "\n" + "\n".join(
+    f"def f{i}(a, b=[1, {{2: 3}}]):\n    return [c for c in b if c]\n" for i in range(20))
+
+
+class _SwitchThreads:
+    """Garbage whose finalizer gives the processor to another thread."""
+
+    def __del__(self):
+        time.sleep(0.0002)
+
+
+def hammer(convert, threads: int = 6, rounds: int = 150) -> list[BaseException]:
+    """Run `convert(SOURCE)` `rounds` times in each of `threads` threads with a collection due
+    at every allocation; the errors raised (it stops at the first)."""
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def work():
+        for _ in range(rounds):
+            if stop.is_set():
+                return
+            cycle = _SwitchThreads()
+            cycle.me = cycle
+            del cycle
+            try:
+                convert(SOURCE)
+            except SystemError as e:
+                errors.append(e)
+                stop.set()
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        workers = [threading.Thread(target=work) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        gc.set_threshold(*threshold)
+    return errors
+
+
+def test_parse_and_compile_from_many_threads():
+    def parse_then_compile(source: str):
+        tree = safe_ast.parse(source)
+        safe_ast.compile_tree(tree, "<hammer>")
+
+    assert hammer(parse_then_compile) == []
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="CPython 3.11's bug (gh-106905)")
+def test_the_hammer_breaks_plain_ast_parse():
+    """Without the lock the same hammer fails: the test above would see it."""
+    errors = hammer(ast.parse)
+    assert errors and "recursion depth mismatch" in str(errors[0])
+
+
+def test_parse_raises_as_ast_parse():
+    with pytest.raises(SyntaxError):
+        safe_ast.parse("def (:")
+    assert isinstance(safe_ast.parse("1 + 2", mode="eval"), ast.Expression)
