@@ -42,6 +42,14 @@ from swefleet.types import EpisodeStatus, Task, Trajectory
 
 log = logging.getLogger(__name__)
 
+CANCELLED_AT_RUN_END = ("cancelled at run end (not scored): started for a batch after the last "
+                        "step")
+"""The reason of an episode still running when the last step is done (async_level > 0 starts
+groups for the steps ahead); it is masked, as every cancelled episode is."""
+CANCELLED_AT_STOP = ("cancelled (not scored): the run stopped before its last step "
+                     "(interrupted or failed)")
+"""The reason of an episode still running when a run is interrupted or fails."""
+
 HEALTH_CHECK_S = 1.0
 """While waiting for the trainer's next weights: how often to ask whether it is still alive
 (also the backstop re-check of the weights file where no inotify event comes)."""
@@ -126,6 +134,9 @@ class RLLoop:
             # versions ahead of the policy that will train on it
             feeds_step = self.resume.step + started // self.cfg.groups_per_step
             await self._wait_version(feeds_step - self.cfg.async_level, timeout_s=None)
+            if self.state.served_version >= self.cfg.steps:
+                # every batch is trained on: a group started now could only be cancelled
+                await asyncio.get_running_loop().create_future()  # until `run` ends
             started += 1
             if not order:
                 order = self.rng.sample(self.tasks, len(self.tasks))
@@ -329,11 +340,12 @@ class RLLoop:
                     raise RunAborted(f"component {t.get_name()} stopped unexpectedly")
             return steps.result()
         finally:
+            ended = steps.done() and not steps.cancelled() and steps.exception() is None
             for t in [steps, *components]:
                 t.cancel()
             self.failed.cancel()
             await _settle([steps, *components])
-            await self._cancel_in_flight()
+            await self._cancel_in_flight(CANCELLED_AT_RUN_END if ended else CANCELLED_AT_STOP)
             if self.journal is not None:
                 await self.journal.flush()  # every record handed over is on disk
                 if self._own_journal:
@@ -405,7 +417,12 @@ class RLLoop:
         return {"drops/step": dropped,
                 "rollout/drop_rate": dropped / (dropped + consumed) if dropped + consumed else 0.0}
 
-    async def _cancel_in_flight(self) -> None:
+    async def _cancel_in_flight(self, reason: str) -> None:
+        """Cancel every group and episode; the episodes that started are recorded as
+        `cancelled` with `reason` (those still waiting for a slot never started)."""
+        for handle in self.state.in_flight.values():
+            if handle.drop_reason is None:
+                handle.drop_reason, handle.drop_note = EpisodeStatus.cancelled, reason
         pending = list(self.groups) + list(self.state.tasks.values())
         for t in pending:
             t.cancel()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from swefleet.orchestrator.loop import CANCELLED_AT_RUN_END
+
 from swefleet.rundir import RunDir, read_jsonl
 
 
@@ -43,7 +45,8 @@ def print_summary(run_dir: RunDir, records: list[dict], wall_s: float, served_ve
         )
     console = Console()
     console.print(table)
-    statuses = Counter(e["status"] for e in episodes)
+    at_end = [e for e in episodes if e.get("reason") == CANCELLED_AT_RUN_END]
+    statuses = Counter(e["status"] for e in episodes if e.get("reason") != CANCELLED_AT_RUN_END)
     totals = [e["timings"].get("total", 0.0) for e in episodes]
     summary = {
         "output_dir": str(run_dir.root),
@@ -53,11 +56,13 @@ def print_summary(run_dir: RunDir, records: list[dict], wall_s: float, served_ve
         "final_policy_version": served_version,
         "episodes": len(episodes),
         "statuses": dict(statuses),
+        "cancelled_at_run_end": len(at_end),
         "episode_time_mean_s": sum(totals) / len(totals) if totals else 0.0,
         "step_time_s": [r["time/step_s"] for r in records],
     }
+    ended = f" + {len(at_end)} cancelled at run end (not scored)" if at_end else ""
     console.print(
-        f"{len(episodes)} episodes {dict(statuses)}; {len(records)} steps; policy v0..v{served_version} "
+        f"{len(episodes)} episodes {dict(statuses)}{ended}; {len(records)} steps; policy v0..v{served_version} "
         f"served; wall {wall_s:.1f}s; outputs in {run_dir.root}"
     )
     return summary
