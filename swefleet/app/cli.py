@@ -45,6 +45,7 @@ def _report(args: argparse.Namespace) -> int:
     from swefleet.app import report as report_cli
 
     handler = {"bench": report_cli.report_bench_cli, "eval": report_cli.report_eval_cli,
+               "run": report_cli.report_run_cli,
                "compare": report_cli.report_compare_cli}[args.report_cmd]
     return handler(args)
 
@@ -175,6 +176,8 @@ def _add_report_parsers(sub) -> None:
     re_.add_argument("-k", type=flags.positive_int, default=None,
                      help="pass@k up to k (default: most attempts)")
     re_.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
+    rr = rp_sub.add_parser("run", help="a run folder's plots and index.md (rl, sft, eval, demo)")
+    rr.add_argument("dir", help="run folder (an rl, sft, eval or demo output dir)")
     rc = rp_sub.add_parser("compare", help="deltas A -> B and whether each is beyond noise")
     rc.add_argument("a", help="bench.json or report.json (baseline)")
     rc.add_argument("b", help="bench.json or report.json (candidate), same schema as A")

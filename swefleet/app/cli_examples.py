@@ -24,6 +24,7 @@ EXAMPLES: dict[str, list[str]] = {
     "report": ["swefleet report bench out/bench", "swefleet report compare A.json B.json"],
     "report bench": ["swefleet report bench out/bench --no-plots"],
     "report eval": ["swefleet report eval out/oracle -k 4"],
+    "report run": ["swefleet report run runs/quickstart-20250101-120000"],
     "report compare": ["swefleet report compare out/a/bench.json out/b/bench.json --json d.json"],
     "images": ["swefleet images build-base", "swefleet images prune --older-than-days 7"],
     "images build-base": ["swefleet images build-base --force --mirror http://deb.debian.org/debian"],

@@ -86,6 +86,9 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         from swefleet.evals.export import export_mini_swe_agent
 
         export_mini_swe_agent(out)
+    from swefleet.evals.run_report import write_run_report
+
+    write_run_report(out)  # plots and index.md
     print(report_markdown(report))
     return 0
 

@@ -1,4 +1,5 @@
-"""`swefleet report ...`: recompute reports from raw records (nothing is run) and compare them."""
+"""`swefleet report ...`: recompute reports and plots from raw records (nothing is run) and
+compare them."""
 
 from __future__ import annotations
 
@@ -37,11 +38,22 @@ def report_eval_cli(args: argparse.Namespace) -> int:
     write_json_atomic(root / "report.json", report)
     md = report_markdown(report)
     if not args.no_plots:
-        from swefleet.evals.plots import write_eval_plots
+        from swefleet.evals.plots_eval import write_eval_plots
 
         md += "".join(f"\n![{name}]({name})\n" for name in write_eval_plots(report, root))
     (root / "report.md").write_text(md)
     print(md)
+    return 0
+
+
+def report_run_cli(args: argparse.Namespace) -> int:
+    """Redraw a run folder's plots and index.md (rl, sft, eval, demo) from its records."""
+    from swefleet.evals.run_report import write_run_report
+
+    root = Path(args.dir)
+    for plot in write_run_report(root):
+        print(f"{plot.name}: " + ("drawn" if plot.written else f"not drawn ({plot.missing})"))
+    print(f"index: {root / 'index.md'}")
     return 0
 
 

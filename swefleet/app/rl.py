@@ -197,6 +197,9 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
                                 served_version=loop.state.served_version)
         summary["servers"] = _server_counts(fleet)
         write_json_atomic(run_dir.root / "summary.json", summary)
+    from swefleet.evals.run_report import write_run_report
+
+    await asyncio.to_thread(write_run_report, run_dir.root)  # plots and index.md
     return 0
 
 

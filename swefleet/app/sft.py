@@ -60,6 +60,9 @@ def run_sft(cfg: RunConfig, sft_dir: Path) -> Path:
     _write_batches(cfg, run_dir, samples)
     _train(cfg, run_dir, model_dir)
     _prune_versions(run_dir, cfg.sft.steps)
+    from swefleet.evals.run_report import write_run_report
+
+    write_run_report(run_dir.root)  # plots and index.md
     return final
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from swefleet.evals.bench_outputs import write_bench_outputs
-from swefleet.evals.plots import write_bench_plots, write_eval_plots
+from swefleet.evals.plots import write_bench_plots
+from swefleet.evals.plots_eval import write_eval_plots
 
 from swefleet.app import bench
 from swefleet.app.bench import BenchRunFailed, rl_command, run_bench, run_subprocess
