@@ -1,5 +1,6 @@
-"""Resuming an eval on the same `--output-dir`: finished episodes are kept, episodes whose last
-status says nothing about the policy (`infra_error`, `cancelled`) are run again.
+"""Resuming an eval on the same `--output-dir` (the same eval only: its fingerprint is checked
+first, `swefleet/fingerprint.py`): finished episodes are kept, episodes whose last status says
+nothing about the policy (`infra_error`, `cancelled`) are run again.
 
 `episodes.jsonl` keeps one record per (task, attempt): before the run, the non-scorable records
 are moved to `episodes.retried.jsonl` (appended: the history of what failed and why) and

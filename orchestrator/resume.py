@@ -1,5 +1,6 @@
 """Where a killed run continues: the last batch handed over, the last weights published, and the
-finished trajectories that no batch has used yet (none is lost, none is trained on twice).
+finished trajectories that no batch has used yet (none is lost, none is trained on twice). Only
+the same run continues in a folder: its fingerprint is checked before (`swefleet/fingerprint.py`).
 
 Files are the source of truth, and each is written atomically: `batches/step_N.npz` (its meta
 lists the episode ids it holds), `weights/vN/` (renamed into place; served again only once

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from swefleet.app import flags
 from swefleet.app.cli_examples import finish_parsers, subparsers
+from swefleet.app.eval_args import add_restart
 
 __all__ = ["build_parser", "main", "subparsers"]
 
@@ -23,7 +24,7 @@ def _rl(args: argparse.Namespace) -> int:
     check_model_path(cfg.model)
     if args.output_dir:
         cfg.output_dir = args.output_dir
-    return run_rl(cfg)
+    return run_rl(cfg, restart=args.restart)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -151,6 +152,7 @@ def _add_rl_parser(sub) -> None:
     flags.add_output_dir(rl, "run directory (default runs/<name>-<time>)")
     flags.add_set(rl)
     flags.add_server(rl)
+    add_restart(rl)
     rl.set_defaults(func=_rl)
 
 
@@ -281,6 +283,7 @@ def _add_sft_parsers(sub) -> None:
                          "oracle's trajectories")
     sf.add_argument("--steps", type=int, default=0, help="optimizer steps (default: sft.steps)")
     flags.add_set(sf, "sft.lr=1e-3")
+    add_restart(sf)
     sf.set_defaults(func=_sft)
     de = sub.add_parser("demo", help="SFT warm start, then RL, then eval on held-out tasks",
                         description="The stages of `make run` on one config: [sft] (skipped when "
@@ -291,6 +294,7 @@ def _add_sft_parsers(sub) -> None:
     flags.add_config(de, required=True, help="TOML config (see configs/quickstart.toml)")
     flags.add_output_dir(de, "run directory (default runs/<name>-<time>)")
     flags.add_set(de)
+    add_restart(de)
     de.set_defaults(func=_demo)
 
 

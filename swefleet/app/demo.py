@@ -32,6 +32,10 @@ def demo_cli(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set)
     out = Path(args.output_dir) if args.output_dir else default_output_dir(cfg.name)
     cfg.output_dir = str(out)
+    if args.restart:  # every stage starts over; the old run is moved aside whole
+        from swefleet.fingerprint import set_aside
+
+        set_aside(out)
     console = Console(stderr=True)
     times: dict[str, float] = {}
     n = 3 if cfg.final_eval.split else 2

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 def run_eval_cli(args: argparse.Namespace) -> int:
     from swefleet.app.config import load_config
     from swefleet.app.rl import prepare_tasks
+    from swefleet.app.run_fingerprint import claim_eval_dir
     from swefleet.envs.reaper import remove_run_containers
 
     cfg = load_config(args.config, harness_overrides(args) + args.set, servers=args.server)
@@ -55,7 +56,7 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         for url in args.server:
             check_served_model(url, cfg.inference.model_name, cfg.inference.connect_timeout_s)
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_eval_dir(out, args, cfg)  # this eval's folder, or the same eval's: never a mix
     (out / "config.json").write_text(cfg.model_dump_json(indent=2))  # what this eval ran with
     run_id = f"eval-{uuid.uuid4().hex[:8]}"  # labels this process's containers
     layout = _Layout(out, log_run_id(args, out), model_name_for(args))

@@ -52,6 +52,15 @@ def add_eval_harness_args(ev: argparse.ArgumentParser) -> None:
                     help="names logs/run_evaluation/<run_id>/ (default: the output dir's name)")
     ev.add_argument("--export-trajectories", default="", choices=["mini-swe-agent"],
                     help="also write the trajectories in this format (as swefleet export)")
+    add_restart(ev)
+
+
+def add_restart(parser: argparse.ArgumentParser) -> None:
+    """`--restart`: a folder holding another run (or this one) is moved aside, not resumed."""
+    parser.add_argument("--restart", action="store_true",
+                        help="start over: an output dir that holds a run is first renamed to "
+                             "DIR.replaced-<time> (nothing is deleted); without it, only the "
+                             "same run resumes there (docs/eval.md)")
 
 
 def parse_eval_args(argv: list[str]) -> argparse.Namespace:

@@ -21,12 +21,16 @@ from swefleet.rundir import RunDir, default_output_dir, write_json_atomic
 log = logging.getLogger(__name__)
 
 
-def run_rl(cfg: RunConfig) -> int:
+def run_rl(cfg: RunConfig, restart: bool = False) -> int:
+    """Run (or resume: the same run only, `swefleet/fingerprint.py`) RL; `restart` moves a run
+    already in the output directory aside first."""
+    from swefleet.app.run_fingerprint import claim_rl_dir
     from swefleet.app.servers import check_launchable
 
     check_launchable(cfg)  # a missing vLLM fails before the run directory and the model exist
     trained = training_tasks(cfg) if cfg.environment == "swe" else []  # (test split: refused)
     out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)
+    claim_rl_dir(out, cfg, restart)  # this run's folder, or the same run's: never a mix
     resuming = (out / "config.json").exists()
     run_dir = RunDir(out)
     if resuming:

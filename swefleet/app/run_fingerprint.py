@@ -21,7 +21,7 @@ from pathlib import Path
 
 from swefleet.app.config import RunConfig
 from swefleet.content_hash import checkpoint_hash, file_hash
-from swefleet.fingerprint import config_settings
+from swefleet.fingerprint import claim_run_dir, config_settings, holds_results
 
 NOT_RESULTS: tuple[str, ...] = (
     # names, output sinks, other commands' sections; paths whose content hash is recorded
@@ -74,6 +74,28 @@ EVAL_RESULTS = ("episodes.jsonl",)
 RUN_RESULTS = ("episodes.jsonl", "batches/step_*.npz", "weights/v*", "model/config.json")
 SFT_RESULTS = ("oracle_episodes.jsonl", "batches/step_*.npz", "weights/v*", "model/config.json")
 """What a folder's results are, per command (`swefleet.fingerprint.holds_results`)."""
+
+
+def claim_eval_dir(out: Path, args: argparse.Namespace, cfg: RunConfig) -> None:
+    """`swefleet eval`'s `--output-dir`: this eval's, or the same eval's to resume (else
+    `RunMismatch`); `--restart` moves an old one aside."""
+    fp, about = eval_fingerprint(args, cfg)
+    claim_run_dir(out, fp, has_results=holds_results(out, EVAL_RESULTS),
+                  restart=args.restart, about=about)
+
+
+def claim_rl_dir(out: Path, cfg: RunConfig, restart: bool = False) -> None:
+    """`swefleet rl`'s run directory, likewise."""
+    fp, about = rl_fingerprint(cfg)
+    claim_run_dir(out, fp, has_results=holds_results(out, RUN_RESULTS), restart=restart,
+                  about=about)
+
+
+def claim_sft_dir(out: Path, cfg: RunConfig, restart: bool = False) -> None:
+    """`swefleet sft`'s directory, likewise."""
+    fp, about = sft_fingerprint(cfg)
+    claim_run_dir(out, fp, has_results=holds_results(out, SFT_RESULTS), restart=restart,
+                  about=about)
 
 
 def eval_fingerprint(args: argparse.Namespace, cfg: RunConfig) -> tuple[dict, dict]:

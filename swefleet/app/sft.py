@@ -39,14 +39,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def run_sft(cfg: RunConfig, sft_dir: Path) -> Path:
-    """Fine-tune `cfg`'s model for `cfg.sft.steps` steps in `sft_dir`; returns the checkpoint."""
+def run_sft(cfg: RunConfig, sft_dir: Path, restart: bool = False) -> Path:
+    """Fine-tune `cfg`'s model for `cfg.sft.steps` steps in `sft_dir` (resumed when it holds the
+    same SFT run, `swefleet/fingerprint.py`; `restart` moves an old one aside); returns the
+    checkpoint."""
     from swefleet.app.rl import prepare_model
+    from swefleet.app.run_fingerprint import claim_sft_dir
 
     if cfg.sft.steps < 1:
         raise ValueError("sft.steps: must be at least 1 to fine-tune")
     trained = _trained_task_ids(cfg)  # oracle tasks of a test split: refused, nothing written
+    claim_sft_dir(sft_dir, cfg, restart)  # this run's folder, or the same run's: never a mix
     run_dir = RunDir(sft_dir)
+    write_json_atomic(run_dir.root / "config.json", cfg.model_dump(mode="json"))
     final = run_dir.weights_path(cfg.sft.steps)
     if (final / "config.json").exists():
         log.info("SFT checkpoint %s exists: stage skipped", final)
@@ -247,9 +252,7 @@ def sft_cli(args: argparse.Namespace) -> int:
     if args.steps:
         cfg.sft.steps = args.steps
     out = Path(args.output_dir) if args.output_dir else default_output_dir(f"{cfg.name}-sft")
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "config.json", cfg.model_dump(mode="json"))
-    final = run_sft(cfg, out)
+    final = run_sft(cfg, out, restart=args.restart)
     losses = sft_losses(out) or [float("nan")]
     print(f"SFT {cfg.sft.steps} steps: loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
           f"checkpoint {final}")
