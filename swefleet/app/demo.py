@@ -58,6 +58,9 @@ def demo_cli(args: argparse.Namespace) -> int:
         code = _final_eval(cfg, args, out)
         times["eval"] = time.monotonic() - t0
     print_demo_summary(cfg, out, times)
+    from swefleet.evals.run_report import write_run_report
+
+    write_run_report(out)  # plots and index.md of every stage
     return code
 
 
@@ -94,32 +97,97 @@ def _demonstration_likelihood(cfg, out: Path) -> tuple[float, float] | None:
     return mean_probability(before, batch), mean_probability(after, batch)
 
 
-def print_demo_summary(cfg, out: Path, times: dict[str, float]) -> None:
-    """One table: the SFT loss, the RL reward per step (and the SFT demonstrations' probability
-    before and after RL), the held-out eval."""
-    from rich.console import Console
-    from rich.table import Table
+def reward_trend(metrics: list[dict], window: int = 5) -> dict | None:
+    """Mean reward of the first and last `window` steps (episodes pooled), the standard error of
+    their difference (binomial, rewards 0/1) and z = difference / SE; None with fewer than
+    2 x `window` steps."""
+    steps = [(m["rollout/reward_mean"], m.get("rollout/episodes", 0)) for m in metrics]
+    if len(steps) < 2 * window:
+        return None
 
+    def pooled(part: list[tuple[float, float]]) -> tuple[float, float]:
+        n = sum(k for _, k in part)
+        mean = sum(r * k for r, k in part) / n if n else float("nan")
+        return mean, (mean * (1 - mean) / n if n else float("nan"))
+
+    (first, v1), (last, v2) = pooled(steps[:window]), pooled(steps[-window:])
+    se = (v1 + v2) ** 0.5
+    return {"window": window, "first": first, "last": last, "diff": last - first, "se": se,
+            "z": (last - first) / se if se > 0 else float("nan")}
+
+
+def demo_summary(cfg, out: Path, times: dict[str, float]) -> dict:
+    """The figures of a demo run: SFT loss, RL reward per step and its trend, the SFT
+    demonstrations' probability before and after RL, the held-out eval."""
     from swefleet.app.sft import sft_losses
 
-    table = Table(title=f"swefleet demo {out}")
-    for col in ("stage", "result", "time s"):
-        table.add_column(col)
+    summary: dict = {"run": str(out), "times_s": {k: round(v, 1) for k, v in times.items()}}
     if "sft" in times:
         losses = sft_losses(out / "sft") or [float("nan")]
-        table.add_row("sft", f"{cfg.sft.steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}",
-                      f"{times['sft']:.0f}")
-    rewards = [r["rollout/reward_mean"] for r in read_jsonl(out / "metrics.jsonl")]
-    table.add_row(f"rl ({cfg.tasks.split})",
-                  "reward per step " + " ".join(f"{r:.2f}" for r in rewards), f"{times['rl']:.0f}")
+        summary["sft"] = {"steps": cfg.sft.steps, "loss_first": losses[0], "loss_last": losses[-1]}
+    metrics = read_jsonl(out / "metrics.jsonl")
+    summary["rl"] = {"split": cfg.tasks.split,
+                     "reward_per_step": [m["rollout/reward_mean"] for m in metrics],
+                     "episodes_per_step": [m.get("rollout/episodes") for m in metrics],
+                     "trend": reward_trend(metrics)}
     likelihood = _demonstration_likelihood(cfg, out)
     if likelihood is not None:
-        table.add_row("", "P(demonstrations) sft {:.2f} -> rl {:.2f}".format(*likelihood), "")
+        summary["rl"]["p_demonstrations"] = {"sft": likelihood[0], "rl": likelihood[1]}
     report = _eval_dir(cfg, out) / "report.json"
     if "eval" in times and report.exists():
         rep = json.loads(report.read_text())
-        table.add_row(f"eval ({cfg.final_eval.split})",
-                      f"success {rep['success_rate']:.2f} over {rep['n_episodes']} episodes "
-                      f"({rep['n_tasks']} tasks x {cfg.final_eval.k})", f"{times['eval']:.0f}")
+        summary["eval"] = {"split": cfg.final_eval.split, "k": cfg.final_eval.k,
+                           **{key: rep.get(key) for key in ("success_rate", "ci95",
+                                                            "n_episodes", "n_tasks", "pass_at_k")}}
+    return summary
+
+
+def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
+    """(stage, result, time s) rows of the demo's table."""
+    times, rows = summary["times_s"], []
+    if sft := summary.get("sft"):
+        rows.append(("sft", (f"{sft['steps']} steps, loss {sft['loss_first']:.3f} -> "
+                            f"{sft['loss_last']:.3f}"), f"{times['sft']:.0f}"))
+    rl = summary["rl"]
+    rows.append((f"rl ({rl['split']})", "reward per step " + " ".join(
+        f"{r:.2f}" for r in rl["reward_per_step"]), f"{times.get('rl', 0):.0f}"))
+    if trend := rl.get("trend"):
+        rows.append(("", "reward first {w} -> last {w} steps {first:.3f} -> {last:.3f} "
+                         "(diff {diff:+.3f}, SE {se:.3f}, z {z:.1f})".format(
+                             w=trend["window"], **trend), ""))
+    if p := rl.get("p_demonstrations"):
+        rows.append(("", f"P(demonstrations) sft {p['sft']:.2f} -> rl {p['rl']:.2f}", ""))
+    if ev := summary.get("eval"):
+        lo, hi = ev.get("ci95") or (float("nan"), float("nan"))
+        rows.append((f"eval ({ev['split']})", (f"success {ev['success_rate']:.2f} "
+                     f"(95% CI {lo:.2f}-{hi:.2f}) over {ev['n_episodes']} episodes "
+                     f"({ev['n_tasks']} tasks x {ev['k']})"), f"{times['eval']:.0f}"))
+    return rows
+
+
+def write_demo_summary(out: Path, summary: dict) -> None:
+    """`demo_summary.json` and `demo_summary.md` (the printed table) in the run folder."""
+    from swefleet.rundir import write_text_atomic
+
+    write_text_atomic(out / "demo_summary.json", json.dumps(summary, indent=2) + "\n")
+    lines = ["# swefleet demo", "", "| stage | result | time s |", "|---|---|---:|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in summary_rows(summary)]
+    lines += ["", f"total {sum(summary['times_s'].values()):.0f} s"]
+    write_text_atomic(out / "demo_summary.md", "\n".join(lines) + "\n")
+
+
+def print_demo_summary(cfg, out: Path, times: dict[str, float]) -> None:
+    """One table: the SFT loss, the RL reward per step and its trend (and the SFT
+    demonstrations' probability before and after RL), the held-out eval; saved beside it."""
+    from rich.console import Console
+    from rich.table import Table
+
+    summary = demo_summary(cfg, out, times)
+    write_demo_summary(out, summary)
+    table = Table(title=f"swefleet demo {out}")
+    for col in ("stage", "result", "time s"):
+        table.add_column(col)
+    for row in summary_rows(summary):
+        table.add_row(*row)
     Console().print(table)
-    Console().print(f"total {sum(times.values()):.0f}s; outputs in {out}")
+    Console().print(f"total {sum(times.values()):.0f}s; outputs in {out} (demo_summary.md)")
