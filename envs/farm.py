@@ -84,9 +84,26 @@ class FarmStats:
     host_lost: int = 0
     """Sandboxes failed because their host was drained."""
 
+    step_peak_in_use: int = 0
+    """Most sandboxes held at once since the last `step_metrics` call."""
+
     def metrics(self) -> dict[str, float]:
         """Namespaced counters for the metrics sink."""
         return {f"env/{k}": float(v) for k, v in asdict(self).items()}
+
+    def acquired(self) -> None:
+        """One more sandbox held."""
+        self.in_use += 1
+        self.peak_in_use = max(self.peak_in_use, self.in_use)
+        self.step_peak_in_use = max(self.step_peak_in_use, self.in_use)
+
+    def step_metrics(self) -> dict[str, float]:
+        """A step record's sandbox figures (`env/sandboxes_held`: now; `env/sandboxes_held_peak`:
+        the most at once since the previous record); starts the next step's peak."""
+        out = {"env/sandboxes_held": float(self.in_use),
+               "env/sandboxes_held_peak": float(self.step_peak_in_use)}
+        self.step_peak_in_use = self.in_use
+        return out
 
 
 class FarmLifetime:
@@ -252,8 +269,7 @@ class DockerFarm(FarmLifetime):
             else:
                 self.stats.cold_starts += 1
                 sb = await self._create(key, task.instance_id)
-            self.stats.in_use += 1
-            self.stats.peak_in_use = max(self.stats.peak_in_use, self.stats.in_use)
+            self.stats.acquired()
             self.diskwatch.watch(sb)
             try:
                 yield sb

@@ -57,8 +57,7 @@ class BwrapFarm(FarmLifetime):
         async with self._slots:
             sb = await self._create(image, limits, task)
             self._live.add(sb)
-            self.stats.in_use += 1
-            self.stats.peak_in_use = max(self.stats.peak_in_use, self.stats.in_use)
+            self.stats.acquired()
             try:
                 yield sb
             finally:

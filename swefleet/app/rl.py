@@ -181,8 +181,9 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
 
         journal = Journal()  # the run's records, written off the event loop
         stack.callback(journal.close)
+        env_metrics: list = []  # per-step figures of the environment (sandboxes held)
         rollout = await _environment(cfg, agent, run_id, fleet, tokenizer, stack, run_dir,
-                                     journal)
+                                     journal, env_metrics)
         sinks = MetricSinks.from_config(cfg.orchestrator.sinks, run_dir.root, cfg.name,
                                         cfg.model_dump(mode="json"))
         stack.callback(sinks.close)
@@ -195,6 +196,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
                       on_step=on_step, health=lambda: trainer_problem(trainer, run_dir),
                       resume=resume, journal=journal,
                       extra_metrics=lambda: {**fleet.metrics(), **supervisor.metrics(),
+                                             **{k: v for f in env_metrics for k, v in f().items()},
                                              **trainer_metrics()})
         records = await supervisor.guard(loop.run())
         summary = print_summary(run_dir, records, time.monotonic() - t0,
@@ -222,8 +224,9 @@ def _tasks_for(cfg: RunConfig):
 
 
 async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, stack,
-                       run_dir: RunDir, journal=None):
-    """The rollout function of the configured environment, its resources on `stack`."""
+                       run_dir: RunDir, journal=None, step_metrics: list | None = None):
+    """The rollout function of the configured environment, its resources on `stack`; appends
+    the environment's per-step metric functions to `step_metrics`."""
     if cfg.environment == "token_target":
         from swefleet.orchestrator.toy import token_target_rollout
 
@@ -234,6 +237,8 @@ async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, sta
     farm = make_farm(run_id, cfg.envs)
     stack.push_async_callback(farm.close)
     await farm.start()  # reaps containers of dead runs first
+    if step_metrics is not None:
+        step_metrics.append(farm.stats.step_metrics)
     grader = make_grader(run_id, cfg.envs)
     stack.callback(grader.close, abandon=True)  # shutdown never waits for queued grades
     from swefleet.orchestrator.resume import record_started

@@ -56,7 +56,10 @@ async def test_concurrency_cap_and_per_task_limits(client, envs_tiny_task):
 
     async with farm:
         await asyncio.gather(*(episode() for _ in range(4)))
+        step = farm.stats.step_metrics()
+        assert step == {"env/sandboxes_held": 0.0, "env/sandboxes_held_peak": 2.0}
         async with farm.acquire(task) as sb:
+            assert farm.stats.step_metrics()["env/sandboxes_held_peak"] == 1.0  # a new step
             info = client.api.inspect_container(sb.container_id)
             assert info["HostConfig"]["Memory"] == 300 * 2**20
     assert peak == 2 and farm.stats.peak_in_use == 2 and farm.stats.created == 5

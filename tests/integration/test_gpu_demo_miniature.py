@@ -60,6 +60,8 @@ def test_gpu_demo_flow_runs_on_cpu(tmp_path):
     assert (out / "sft" / "weights" / "v000003").is_dir()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1]
+    held = [m["env/sandboxes_held_peak"] for m in metrics]
+    assert 1 <= max(held) <= 4  # envs.max_concurrent
     episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert {e["task_id"] for e in episodes} <= {t["instance_id"] for t in _tasks("train")}
     assert any(len(e["turns"]) >= 2 for e in episodes)  # multi-turn, not one-shot
