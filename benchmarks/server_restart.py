@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_MARKERS = ("vllm serve", "inference.engine.server")
-TIMING = re.compile(r"took|seconds|secs|Graph capturing|compil|swefleet: start", re.I)
+TIMING = re.compile(r"took|seconds|secs|Graph capturing|compil|swefleet: start", re.IGNORECASE)
 
 
 def server_pids(run_dir: Path) -> list[int]:
@@ -77,9 +77,10 @@ def drill(args: argparse.Namespace) -> dict:
     for item in args.set:
         cmd += ["--set", item]
     t0 = time.monotonic()
-    log = open(out.parent / f"{out.name}.rl.log", "w") if out.parent.exists() else None
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log or subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.rl.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     killed: dict = {}
     try:
         while proc.poll() is None and time.monotonic() - t0 < args.timeout_s:

@@ -1,0 +1,55 @@
+"""Turns and context tokens per episode of a run (`episodes.jsonl`, plain or gzipped).
+
+    python benchmarks/episode_lengths.py runs/<run>            # or a path to episodes.jsonl[.gz]
+
+An episode's context is its longest sample: the prompt of a turn (the whole history, token for
+token) plus that turn's completion. Prints a table of the distribution (min, p10, p50, p90, max,
+mean) of turns and context tokens, the statuses, and one JSON object on the last line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+
+def episodes(path: Path) -> list[dict]:
+    if path.is_dir():
+        path = path / "episodes.jsonl"
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def context_tokens(episode: dict) -> int:
+    return max((len(t["prompt_ids"]) + len(t["completion_ids"]) for t in episode["turns"]),
+               default=0)
+
+
+def distribution(values: list[float]) -> dict:
+    if not values:
+        return {}
+    s = sorted(values)
+    pick = lambda q: s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+    return {"min": s[0], "p10": pick(0.1), "p50": pick(0.5), "p90": pick(0.9), "max": s[-1],
+            "mean": round(sum(s) / len(s), 1), "n": len(s)}
+
+
+def main(argv: list[str]) -> int:
+    eps = [e for e in episodes(Path(argv[0])) if e.get("turns")]
+    turns = distribution([len(e["turns"]) for e in eps])
+    tokens = distribution([context_tokens(e) for e in eps])
+    result = {"episodes": len(eps), "turns": turns, "context_tokens": tokens,
+              "statuses": dict(Counter(e["status"] for e in eps))}
+    for name, d in (("turns", turns), ("context tokens", tokens)):
+        print(f"{name:15s} " + "  ".join(f"{k} {v}" for k, v in d.items()))
+    print("statuses       ", result["statuses"])
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
