@@ -43,7 +43,12 @@ class OrchestratorConfig(BaseModel):
     the newest `keep_weights` are deleted (`orchestrator/retention.py`); 0 keeps every one."""
     keep_weights_every: int = Field(10, ge=0)
     """Besides the newest ones, keep every version divisible by this (for evaluating
-    checkpoints later); 0 keeps none of the older ones."""
+    checkpoints later); 0 keeps none of the older ones. Each kept version takes the model's
+    bytes (parameters x its dtype): a long run keeps steps / keep_weights_every of them."""
+    disk_preflight: bool = True
+    """Before the run writes anything, predict the run directory's peak size from the model
+    and these retention settings and refuse the run (exit 2) when its filesystem has less
+    free (`swefleet/app/disk_preflight.py`)."""
     gpu_hour_price: float = Field(0.0, ge=0)
     """Price of one GPU-hour (or one machine-hour on CPU), for cost per rollout."""
     currency: str = "USD"

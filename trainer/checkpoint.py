@@ -4,8 +4,11 @@ Layout: `checkpoint_dir/step_{n:06d}/` holds a `torch.distributed.checkpoint` sa
 `{"model": ..., "optim": ...}` (`get_state_dict` names: no compile / AC-wrapper prefixes, FSDP
 shards saved by every rank) plus `swefleet_checkpoint.json` (`step` = n = the next batch to
 train = the policy version the weights are). It is written into `step_{n:06d}.tmp-save`, the
-marker last, then renamed: a directory without `.tmp-` in its name is complete. A crash leaves
-only `.tmp-` entries, which `clean_partial` removes on the next start.
+marker last, then fsynced and renamed (the rename fsynced too) before older checkpoints are
+deleted: a directory without `.tmp-` in its name is complete, and a crash at any moment leaves
+the previous complete one. A crash leaves only `.tmp-` entries, which `clean_partial` removes on
+the next start. The trainer saves off the step path (`trainer/checkpoint_async.py`);
+`save_checkpoint` is the same save, inline.
 
 With a process group every rank calls `save_checkpoint` / `load_checkpoint` (collectives);
 rank 0 does the file-system bookkeeping.
@@ -22,6 +25,8 @@ from pathlib import Path
 
 import torch
 from swefleet.trainer import titan
+
+from swefleet.rundir import fsync_dir
 
 MARKER = "swefleet_checkpoint.json"
 _NAME = re.compile(r"step_(\d{6,})")
@@ -77,7 +82,9 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _state(policy: titan.Policy, optimizer: torch.optim.Optimizer) -> dict:
+def state_dict(policy: titan.Policy, optimizer: torch.optim.Optimizer) -> dict:
+    """What a checkpoint holds: `{"model": ..., "optim": ...}` (`get_state_dict` names: the
+    live tensors, not copies)."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_sd, optim_sd = get_state_dict(policy.model, optimizer)
@@ -93,6 +100,39 @@ def _fsync_tree(path: Path) -> None:
             os.close(fd)
 
 
+def temp_path(directory: str | Path, step: int) -> Path:
+    """Where checkpoint `step` is written before its rename."""
+    final = checkpoint_path(directory, step)
+    return final.with_name(f"{final.name}.tmp-save")
+
+
+def prepare_temp(directory: str | Path, step: int) -> Path:
+    """(rank 0) An empty `temp_path` for checkpoint `step`; returns it."""
+    tmp = temp_path(directory, step)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    return tmp
+
+
+def commit_checkpoint(directory: str | Path, step: int, keep: int,
+                      meta: dict | None = None) -> Path:
+    """(rank 0, once every rank's DCP write of `temp_path(step)` is done) Write the marker,
+    fsync, rename into place and fsync the rename, then delete all but the newest `keep`
+    complete checkpoints. Returns the checkpoint's path."""
+    tmp, final = temp_path(directory, step), checkpoint_path(directory, step)
+    record = {"step": step, "written_at": time.time(), **(meta or {})}
+    (tmp / MARKER).write_text(json.dumps(record, indent=2))
+    _fsync_tree(tmp)
+    if final.exists():  # a stale copy of the same step (e.g. re-trained after a resume)
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    fsync_dir(final.parent)
+    for _, old in complete_checkpoints(directory)[:-keep]:
+        shutil.rmtree(old)
+    return final
+
+
 def save_checkpoint(
     policy: titan.Policy,
     optimizer: torch.optim.Optimizer,
@@ -106,26 +146,15 @@ def save_checkpoint(
     newest `keep` complete checkpoints. Returns the checkpoint's path."""
     import torch.distributed.checkpoint as dcp
 
-    final = checkpoint_path(directory, step)
-    tmp = final.with_name(f"{final.name}.tmp-save")
     if _rank() == 0:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        prepare_temp(directory, step)
     _barrier()
-    dcp.save(_state(policy, optimizer), checkpoint_id=str(tmp))
+    dcp.save(state_dict(policy, optimizer), checkpoint_id=str(temp_path(directory, step)))
     _barrier()
     if _rank() == 0:
-        record = {"step": step, "written_at": time.time(), **(meta or {})}
-        (tmp / MARKER).write_text(json.dumps(record, indent=2))
-        _fsync_tree(tmp)
-        if final.exists():  # a stale copy of the same step (e.g. re-trained after a resume)
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        for _, old in complete_checkpoints(directory)[:-keep]:
-            shutil.rmtree(old)
+        commit_checkpoint(directory, step, keep, meta)
     _barrier()
-    return final
+    return checkpoint_path(directory, step)
 
 
 def load_checkpoint(
@@ -138,7 +167,7 @@ def load_checkpoint(
 
     path = Path(path)
     record = json.loads((path / MARKER).read_text())
-    state = _state(policy, optimizer)
+    state = state_dict(policy, optimizer)
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(
         policy.model,

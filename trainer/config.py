@@ -143,8 +143,20 @@ class TrainerConfig(BaseModel):
     stopping (SIGTERM/SIGINT, the last step); on start the trainer resumes from the newest
     complete one, so a resumed run keeps its optimizer state (a crash re-trains at most this
     many steps). None: no checkpoints (a resumed run restarts the optimizer state)."""
-    keep_checkpoints: int = Field(2, ge=1)
-    """Complete checkpoints kept; older ones are deleted after a new one is complete."""
+    keep_checkpoints: int = Field(1, ge=1)
+    """Complete checkpoints kept; older ones are deleted once a new one is complete (renamed
+    into place), so a crash at any moment leaves one to resume from. Each takes 12 bytes per
+    parameter (fp32 master weights and AdamW's two moments; 6 GB for 0.5B parameters), and
+    during a save the one being written adds another: `keep_checkpoints + 1` at the peak."""
+    checkpoint_async: bool = True
+    """Write checkpoints off the step path: the step loop waits only to copy the state into
+    host memory (pinned buffers kept between saves on CUDA: 12 bytes per parameter of host
+    memory, shared by the node's ranks), a worker thread writes and commits it
+    (`trainer/checkpoint_async.py`). False: the whole save runs on the step path."""
+    disk_min_free_gb: float = Field(1.0, ge=0)
+    """Keep this much free on the filesystem of the weights and checkpoint directories
+    (decimal GB): a checkpoint that would leave less is skipped, a weights export waits until
+    there is room (`trainer/disk_guard.py`); each counts in `disk_paused_saves`."""
     seed: int = 0
     """Seed for torch's RNGs."""
     batch_recheck_s: float = Field(2.0, gt=0)

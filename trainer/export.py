@@ -306,6 +306,11 @@ class Exporter:
         """Until every version published so far is durable (raises a worker's error)."""
         self.queue.wait()
 
+    def pending(self) -> list[Future]:
+        """One future per published version not yet known durable, done once it is (another
+        thread may wait on them: `trainer/checkpoint_async.py`)."""
+        return list(self.queue.pending)
+
     def close(self) -> None:
         self.wait()
         if self.queue.pool is not None:

@@ -9,11 +9,13 @@ command-line flags override it. Step n reads `batches_dir/step_{n:06d}.npz` (n s
 JSON line to `weights_dir/../trainer_metrics.jsonl`.
 
 Resume: with `checkpoint_every` set, a DCP checkpoint (model + optimizer + step) is saved every
-that many steps (and when stopping); on start, `.tmp-` leftovers of a crash are removed from the
-weights and checkpoint directories and the newest complete checkpoint is loaded, so the same
-command restarts a crashed job where it left off (`trainer/checkpoint.py`). Without a usable
-checkpoint the trainer continues from the newest published version (weights only: the optimizer
-state starts afresh). A version that is already published is never rewritten.
+that many steps (and when stopping), written in the background (`trainer/checkpoint_async.py`);
+on start, `.tmp-` leftovers of a crash are removed from the weights and checkpoint directories
+and the newest complete checkpoint is loaded, so the same command restarts a crashed job where
+it left off (`trainer/checkpoint.py`). Low disk skips checkpoints and pauses exports
+(`trainer/disk_guard.py`). Without a usable checkpoint the trainer continues from the newest
+published version (weights only: the optimizer state starts afresh). A version that is already
+published is never rewritten.
 
 Several processes: under `torchrun --nproc-per-node N` (what `swefleet rl` starts for
 `trainer.ranks = N`) the model is FSDP2-sharded over the N ranks (nccl on cuda, gloo on cpu);
@@ -290,21 +292,6 @@ def _export_on_stop(job: TrainerJob, policy, version: int, broadcaster, exporter
     exporter.close()
 
 
-def _save(job: TrainerJob, policy, optimizer, step: int) -> None:
-    from swefleet.trainer.checkpoint import save_checkpoint
-    from swefleet.trainer.config import checkpoint_dir
-
-    path = save_checkpoint(
-        policy,
-        optimizer,
-        checkpoint_dir(job),
-        step,
-        keep=job.trainer.keep_checkpoints,
-        meta={"model": str(job.model), "start_version": job.start_version},
-    )
-    log.info("checkpoint %s", path)
-
-
 def run(job: TrainerJob, stop: StopFlag) -> int:
     """The step loop. Returns the process exit code."""
     import torch
@@ -344,7 +331,9 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     from swefleet.trainer.export import Exporter
 
     exporter = Exporter(cfg.export_durability, pinned=device == "cuda")
-    saved = step
+    from swefleet.trainer.saves import Saves
+
+    saves = Saves(job, policy, world, device, step)  # checkpoints (off the step), disk checks
     while not stop.event.is_set() and (end is None or step < end):
         path = batch_path(job.batches_dir, step)
         t_wait = time.monotonic()
@@ -366,12 +355,13 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         metrics["mfu"] = mfu_of(arrays["cu_seqlens"], step_s)
         if moe_timer is not None:
             metrics.update(moe_timer.take())
+        if not saves.room_to_publish(step + 1, broadcaster, stop.event):
+            saves.abandon(exporter)  # stopped while the disk was full: step trained again later
+            return 0
         out = _publish(job, policy, step, path, broadcaster, exporter)
         export_s = time.monotonic() - t0 - step_s
-        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            exporter.wait()  # a checkpoint of step n implies version n durable (resume)
-            _save(job, policy, optimizer, step + 1)
-            saved = step + 1
+        saves.after_step(policy, optimizer, step, exporter)
+        metrics.update(saves.metrics())
         if rank == 0:
             _log_step(
                 metrics_path, step, arrays, meta, metrics, cfg, device, step_s, export_s, wait_s
@@ -388,8 +378,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
             )
         step += 1
     _export_on_stop(job, policy, step, broadcaster, exporter)
-    if cfg.checkpoint_every and saved != step:  # stopping: keep the progress since the last one
-        _save(job, policy, optimizer, step)
+    saves.close(policy, optimizer, step, exporter)  # the progress since the last checkpoint
     return 0
 
 

@@ -32,6 +32,9 @@ def demo_cli(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set)
     out = Path(args.output_dir) if args.output_dir else default_output_dir(cfg.name)
     cfg.output_dir = str(out)
+    from swefleet.app.disk_preflight import check_run_disk
+
+    check_run_disk(cfg, out, sft=bool(cfg.sft.steps))  # every stage's outputs, before any
     if args.restart:  # every stage starts over; the old run is moved aside whole
         from swefleet.fingerprint import set_aside
 

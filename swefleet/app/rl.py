@@ -30,6 +30,9 @@ def run_rl(cfg: RunConfig, restart: bool = False) -> int:
     check_launchable(cfg)  # a missing vLLM fails before the run directory and the model exist
     trained = training_tasks(cfg) if cfg.environment == "swe" else []  # (test split: refused)
     out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)
+    from swefleet.app.disk_preflight import check_run_disk
+
+    check_run_disk(cfg, out)  # a run the disk cannot hold fails before it writes anything
     claim_rl_dir(out, cfg, restart)  # this run's folder, or the same run's: never a mix
     resuming = (out / "config.json").exists()
     run_dir = RunDir(out)
@@ -197,7 +200,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
                       resume=resume, journal=journal,
                       extra_metrics=lambda: {**fleet.metrics(), **supervisor.metrics(),
                                              **{k: v for f in env_metrics for k, v in f().items()},
-                                             **trainer_metrics()})
+                                             **trainer_metrics(), **_disk_metrics(run_dir)})
         records = await supervisor.guard(loop.run())
         summary = print_summary(run_dir, records, time.monotonic() - t0,
                                 served_version=loop.state.served_version)
@@ -207,6 +210,13 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
 
     await asyncio.to_thread(write_run_report, run_dir.root)  # plots and index.md
     return 0
+
+
+def _disk_metrics(run_dir: RunDir) -> dict[str, float]:
+    """`disk/free_gb`: free space of the run directory's filesystem."""
+    from swefleet.diskspace import GB, free_bytes
+
+    return {"disk/free_gb": free_bytes(run_dir.root) / GB}
 
 
 def _server_counts(fleet) -> dict[str, dict]:

@@ -187,6 +187,8 @@ def _train(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> None:
 
 
 def _follow(proc: subprocess.Popen, run_dir: RunDir, steps: int) -> None:
+    from swefleet.orchestrator.retention import prune_weights
+
     bar = _Bar("sft", steps)
     try:
         while proc.poll() is None:
@@ -194,6 +196,8 @@ def _follow(proc: subprocess.Popen, run_dir: RunDir, steps: int) -> None:
             records = read_jsonl(run_dir.trainer_metrics)
             if records:
                 bar.set(len(records), f"sft loss={records[-1]['loss']:.3f}")
+                # only the final version is kept: the ones before the newest durable one go now
+                prune_weights(run_dir.weights, len(records), keep_last=1)
     finally:
         bar.close()
 
@@ -252,6 +256,9 @@ def sft_cli(args: argparse.Namespace) -> int:
     if args.steps:
         cfg.sft.steps = args.steps
     out = Path(args.output_dir) if args.output_dir else default_output_dir(f"{cfg.name}-sft")
+    from swefleet.app.disk_preflight import check_run_disk
+
+    check_run_disk(cfg, out, sft=True, rl=False)
     final = run_sft(cfg, out, restart=args.restart)
     losses = sft_losses(out) or [float("nan")]
     print(f"SFT {cfg.sft.steps} steps: loss {losses[0]:.3f} -> {losses[-1]:.3f}; "

@@ -1,0 +1,50 @@
+"""Disk preflight: the prediction matches what a run was measured to write, and a run whose
+filesystem is too small is refused with one line (exit 2) before anything is written."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from swefleet.app.cli import main
+from swefleet.app.config import load_config
+from swefleet.app.disk_preflight import rl_needs
+from swefleet.diskspace import GB
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_0_6b_preset_prediction_covers_the_measured_run():
+    """Measured on one H200, 10 steps of the 0.6B preset: trainer checkpoint 5.7 GiB, model
+    1 GB, weights 2.9 GB at the end (9.5 GB in all)."""
+    cfg = load_config(None, ["model.preset=qwen3-0.6b", "orchestrator.steps=10",
+                             "trainer.checkpoint_every=10"], topology=False)
+    needs = rl_needs(cfg)
+    assert 5.9 * GB < needs["trainer checkpoints"] < 6.3 * GB  # one: 12 bytes a parameter
+    assert 0.95 * GB < needs["model"] < 1.1 * GB
+    assert 2.9 * GB <= needs["weights"] < 6 * GB  # the peak: the kept ones + one ahead
+    assert sum(needs.values()) >= 9.5 * GB
+
+
+@pytest.fixture
+def small_fs(tmp_path) -> Path:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
+                          check=False, capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_run_the_filesystem_cannot_hold_is_refused_in_one_line(small_fs, capsys):
+    out = small_fs / "run"
+    code = main(["rl", "--config", "configs/quickstart.toml", "--output-dir", str(out),
+                 "--set", "orchestrator.steps=1000", "--set", "orchestrator.keep_weights=0"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "GB free" in err and "Traceback" not in err, err
+    assert not out.exists()  # nothing written
