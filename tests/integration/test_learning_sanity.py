@@ -31,10 +31,12 @@ def test_reward_rises_from_chance_and_mismatch_stays_small(tmp_path):
     assert sum(rewards[:2]) / 2 < 0.3, f"did not start near chance (0.125): {rewards[:5]}"
     assert sum(rewards[-5:]) / 5 >= 0.8, f"reward did not rise: {rewards}"
     # engine vs trainer, over the tokens of the version the trainer held (null on a step
-    # whose samples were all older: async_level = 1)
+    # whose samples were all older: async_level = 1): both fp32 on the CPU, ~1e-13 measured
     kl = [t["mismatch_kl"] for t in trainer if t["mismatch_kl"] is not None]
-    assert kl and sum(kl) / len(kl) <= 0.01, f"mean trainer/inference mismatch KL too high: {kl}"
-    assert any(t["stale_token_fraction"] > 0 for t in trainer)  # some samples a version old
+    assert kl and max(kl) <= 1e-6, f"trainer/inference mismatch KL too high: {kl}"
+    # the drift of the samples a version old (staleness_kl) is what the learning rate moves
+    stale = [t["staleness_kl"] for t in trainer if t["staleness_kl"] is not None]
+    assert stale and sum(stale) / len(stale) <= 0.01, f"policy drift too large: {stale}"
     assert max(t["max_staleness"] for t in trainer) <= 2  # max_off_policy_steps
     # the TensorBoard sink saw the same step records as metrics.jsonl
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
