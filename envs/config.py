@@ -87,7 +87,16 @@ DEFAULT_PROTECTED_PATHS = (
     ".pytest.toml",
     "sitecustomize.py",
     "usercustomize.py",
+    "sitecustomize/",
+    "usercustomize/",
+    "apport_python_hook.py",
+    "apport_python_hook/",
     "*.pth",
+    "/pytest.py",
+    "pytest/*",
+    "_pytest/*",
+    "/py.py",
+    "pluggy/*",
     "*.pyc",
     "*.egg-info/*",
     "*.dist-info/*",
@@ -108,11 +117,15 @@ class GradingConfig(BaseModel):
     the patch that names such a path (in any of its headers) is dropped, the rest still applies,
     and the paths are recorded in `GradeResult.dropped_paths`. A glob without `/` matches a
     file's name in any directory; one with `/` matches the whole path (`*` also matches `/`).
-    The defaults are what pytest or Python load before the tests: `conftest.py` (hooks can
-    rewrite every report to "passed"), pytest's own config files, `sitecustomize.py`/
-    `usercustomize.py` and `*.pth` (run at start-up), stale bytecode, and installed metadata
-    (`entry_points.txt` can register a pytest plugin). A changed file the patch's headers did
-    not name (a format only `patch` reads) fails the patch. Empty turns this off."""
+    A glob ending in `/` matches a directory of that name anywhere (all its files); one
+    starting with `/` only at the repository's root. The defaults are what pytest or Python
+    load before the tests: `conftest.py` (hooks can rewrite every report to "passed"), pytest's
+    own config files, the start-up hooks as modules and as packages (`sitecustomize`,
+    `usercustomize`, `apport_python_hook` that Debian's and Ubuntu's `sitecustomize` imports,
+    `*.pth`), a runner of the same name at the root (`python -m pytest` imports the working
+    directory's `pytest` first), stale bytecode, and installed metadata (`entry_points.txt` can
+    register a pytest plugin). A changed file the patch's headers did not name (a format only
+    `patch` reads) fails the patch. Empty turns this off."""
     protected_pytest_config: tuple[str, ...] = DEFAULT_PROTECTED_PYTEST_CONFIG
     """Globs (same rules) of config files whose pytest part a model patch may not change:
     after the patch is applied, such a file whose `[tool:pytest]`/`[pytest]` sections (ini

@@ -23,11 +23,21 @@ _INI_SECTIONS = ("pytest", "tool:pytest")
 
 def matches(path: str, globs: Iterable[str]) -> bool:
     """Whether `path` matches one of `globs`: a glob without `/` is matched against the file's
-    name in any directory (`conftest.py`, `*.pth`), one with `/` against the whole normalised
-    path, where `*` also matches `/` (`*.egg-info/*`)."""
+    name in any directory (`conftest.py`, `*.pth`), one ending in `/` against every directory
+    on the path (`sitecustomize/`: a package of that name anywhere, all its files), one starting
+    with `/` against the whole path from the repository's root (`/pytest.py`), any other with
+    `/` against the whole normalised path, where `*` also matches `/` (`*.egg-info/*`)."""
     norm = posixpath.normpath(path.replace("\\", "/")).lstrip("/")
-    base = norm.rsplit("/", 1)[-1]
-    return any(fnmatchcase(norm if "/" in g else base, g) for g in globs)
+    parts = norm.split("/")
+    return any(_matches(norm, parts, g) for g in globs)
+
+
+def _matches(norm: str, parts: list[str], glob: str) -> bool:
+    if glob.endswith("/"):
+        return any(fnmatchcase(d, glob.rstrip("/")) for d in parts[:-1])
+    if "/" in glob:
+        return fnmatchcase(norm, glob.lstrip("/"))
+    return fnmatchcase(parts[-1], glob)
 
 
 def drop_protected(patch: str, globs: Iterable[str]) -> tuple[str, list[str]]:

@@ -39,6 +39,17 @@ SRC = (
         ("sitecustomize.py", True),
         ("pkg.egg-info/entry_points.txt", True),
         ("src/pkg.egg-info/entry_points.txt", True),
+        ("sitecustomize/__init__.py", True),  # start-up hooks as packages too
+        ("src/usercustomize/hooks/run.py", True),
+        ("apport_python_hook.py", True),  # what Debian's sitecustomize imports
+        ("apport_python_hook/__init__.py", True),
+        ("pytest.py", True),  # `python -m pytest` runs the working directory's first
+        ("pytest/__main__.py", True),
+        ("_pytest/terminal.py", True),
+        ("src/pytest/__init__.py", False),  # pytest's own repository (src layout)
+        ("src/_pytest/terminal.py", False),
+        ("pkg/pytest.py", False),
+        ("pkg/sitecustomize_notes.py", False),
         ("pkg/conftest_helpers.py", False),
         ("pkg/mod.py", False),
         ("setup.cfg", False),  # section-level (protected_pytest_config), not whole-file
