@@ -12,7 +12,10 @@ The procedure follows SWE-bench's harness (`swebench.harness.run_evaluation` + `
    applies such a patch as is;
 3. the files touched by `test_patch` are reset to the base commit (undoing the model's edits to
    them; SWE-bench does this after the model patch, so do we) and `test_patch` is applied;
-4. `task.test_cmd` runs on the test files under `timeout` with a deadline;
+4. canaries are planted in the test files (`envs/tamperrun.py`), the grader's own files are
+   removed, and `task.test_cmd` runs on the test files under `timeout` with a deadline, as the
+   repository's owner; its output and pytest's JUnit report come back on the run's streams,
+   never through a file the tests could reach (`envs/testrun.py`);
 5. the log is parsed with the swebench parser named by `task.log_parser` and FAIL_TO_PASS /
    PASS_TO_PASS are decided with swebench's own `get_eval_tests_report`.
 
@@ -62,8 +65,9 @@ from swefleet.envs.gradelog import (
 from swefleet.envs.hosts import HostSet, connect, engine_fault
 from swefleet.envs.protect import drop_protected, matches, pytest_section
 from swefleet.envs.protocol import Grader, InfraError
-from swefleet.envs.tamper import runner_flags
-from swefleet.envs.tamperrun import collect_junit, junit_path, junit_prefix, plant_canaries
+from swefleet.envs.tamper import junit_outcomes, runner_flags
+from swefleet.envs.tamperrun import plant_canaries
+from swefleet.envs.testrun import capture_script, run_in_container
 
 from swefleet.types import GradeCause, GradeResult, GradeStatus, Task
 
@@ -134,11 +138,11 @@ class _Session:
     def __init__(self, container, task: Task, deadline: float, log_cap: int,
                  config: GradingConfig, exec_deadline=None):
         """`container`: Docker's container object, or any object with its `put_archive` and
-        `exec_run` (the bwrap backend's); `exec_deadline`: runs the tests (default
-        `_exec_with_deadline`, through the Docker API)."""
+        `exec_run` (the bwrap backend's); `exec_deadline`: runs the tests and returns their
+        `TestRun` (default `run_in_container`, through the Docker API)."""
         self.container, self.task, self.deadline, self.log_cap = container, task, deadline, log_cap
         self.config = config
-        self.exec_deadline = exec_deadline or _exec_with_deadline
+        self.exec_deadline = exec_deadline or run_in_container
         self.lines: list[str] = [f">>>>> swefleet grade {task.instance_id} image={task.image}"]
         self.dropped: list[str] = []
         self.flags: list[str] = []
@@ -255,46 +259,29 @@ class _Session:
         return self._sh(" && ".join(f"{{ {s}; }}" for s in steps), "reset test files")
 
     def _run_tests(self) -> str:
+        """Remove the grader's files, then run the tests as the repository's owner; their
+        output and JUnit report come back on the run's streams (`envs/testrun.py`)."""
+        if not self._sh(f"rm -rf -- {_SCRATCH}", "grader files removed"):
+            raise InfraError("could not remove the grader's files before the tests")
         files = " ".join(shlex.quote(f) for f in test_files_of(self.task))
-        junit = junit_path(_SCRATCH) if self.evidence else ""
-        script = (junit_prefix(junit) if junit else "") + (
-            # a group, so that every command of a compound test_cmd is captured
-            f"{{ {self.task.test_cmd} {files}\n}} 2>&1 | head -c 50000000 > {_SCRATCH}/test.out; "
-            f"echo ${{PIPESTATUS[0]}} > {_SCRATCH}/test.rc"
-        )
+        script = capture_script(f"{self.task.test_cmd} {files}", junit=bool(self.evidence))
         budget = max(1.0, self._remaining())
         started = time.monotonic()
-        exit_code = self.exec_deadline(self.container, script, budget, self.task.workdir)
-        timed_out = exit_code is None or (
-            exit_code in (124, 137) and time.monotonic() - started >= budget - 1.0
-        )
-        rc, output = self._read_test_output()
-        self.lines += [START_TEST_OUTPUT, output, END_TEST_OUTPUT, f"{TEST_EXIT_CODE}: {rc}"]
+        run = self.exec_deadline(self.container, script, budget, self.task.workdir,
+                                 self.log_cap)
+        rc = run.exit_code
+        timed_out = rc is None or (rc in (124, 137) and time.monotonic() - started >= budget - 1)
+        self.lines += [START_TEST_OUTPUT, run.output, END_TEST_OUTPUT, f"{TEST_EXIT_CODE}: {rc}"]
         if timed_out:
             self.lines.append(TESTS_TIMEOUT)
-        elif junit:
+        elif self.evidence:
             canaries = self.evidence["canaries"]
             ids = {*canaries["pass"], *canaries["fail"], *self.task.FAIL_TO_PASS,
                    *self.task.PASS_TO_PASS}
-            self.evidence.update(collect_junit(self, junit, ids))
+            self.evidence["junit"] = junit_outcomes(run.report, ids) if run.report else None
         return self._finish(
             {"phase": "tests", "exit_code": None if timed_out else rc, "timed_out": timed_out}
         )
-
-    def _read_test_output(self) -> tuple[int | None, str]:
-        cap = self.log_cap
-        script = (
-            f"cat {_SCRATCH}/test.rc 2>/dev/null || echo none; f={_SCRATCH}/test.out; "
-            f"n=$(stat -c %s $f 2>/dev/null || echo 0); if [ $n -le {cap} ]; then "
-            f"cat $f 2>/dev/null; else head -c {cap // 4} $f; "
-            f"printf '\\n[... %d bytes cut ...]\\n' $((n - {cap})); "
-            f"tail -c {cap - cap // 4} $f; fi"
-        )
-        res = self.container.exec_run(["bash", "-c", script], workdir=self.task.workdir)
-        if res.exit_code != 0:
-            raise InfraError(f"could not read the test output (exit {res.exit_code})")
-        first, _, output = res.output.decode(errors="replace").partition("\n")
-        return (int(first) if first.strip().lstrip("-").isdigit() else None), output
 
     def _finish(self, verdict: dict) -> str:
         if self.dropped:
@@ -304,25 +291,6 @@ class _Session:
         if verdict.get("phase") == "tests":
             verdict = {**verdict, **self.evidence}
         return "\n".join(self.lines) + "\n" + VERDICT + json.dumps(verdict) + "\n"
-
-
-def _exec_with_deadline(container, script: str, budget_s: float, workdir: str) -> int | None:
-    """Run `script` detached under `timeout` (which kills its process group); poll until it
-    ends. Returns its exit code, or None when even the backstop deadline passed."""
-    api = container.client.api
-    cmd = ["timeout", "-k", "5", f"{budget_s:.1f}", "bash", "-c", script]
-    exec_id = api.exec_create(container.id, cmd, workdir=workdir)["Id"]
-    api.exec_start(exec_id, detach=True)
-    backstop = time.monotonic() + budget_s + 15
-    delay = 0.02
-    while time.monotonic() < backstop:
-        info = api.exec_inspect(exec_id)
-        if not info["Running"] and info["ExitCode"] is not None:
-            return info["ExitCode"]
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.25)
-    container.kill()  # `timeout` could not end it; the container is removed by the caller
-    return None
 
 
 def _refused_log(task: Task, why: str) -> str:

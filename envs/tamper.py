@@ -9,12 +9,13 @@ the same way again):
 - a canary is missing while a deciding test (FAIL_TO_PASS / PASS_TO_PASS) is reported, or a
   deciding test is missing while the canaries are all reported;
 - the runner's exit status: with a must-fail canary planted a genuine pytest run exits non-zero;
-- pytest's JUnit XML report (written to a path the model cannot predict, read by the grader
-  after the run): it must exist when the log reports tests, and agree with the log on every
-  canary and deciding test.
+- pytest's JUnit XML report (written on a stream only the grader reads, `envs/testrun.py`): it
+  must exist when the log reports tests, and agree with the log on every canary and deciding
+  test.
 
 Any of these makes the grade `tampered` (reward 0). Separately, `runner_flags` lists added
-lines of the model patch that reference test-runner internals; they are recorded
+code of the model patch that references test-runner internals, read from its syntax tree with
+names built of string constants folded (`envs/patchcode.py`); they are recorded
 (`GradeResult.flags`), never failed on by themselves: a real fix may need them (pytest's own
 repository, a CLI's `sys.exit`).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from swefleet.envs.patchcode import names_in
 from swefleet.envs.patchfiles import split_patch
 
 #: (label, pattern) of added lines that reach into the test runner or the interpreter's start.
@@ -44,6 +46,7 @@ RUNNER_PATTERNS = (
 _TEST_PATH = re.compile(r"(?:^|/)(?:tests?|testing)/|(?:^|/)test_[^/]*\.py$|_tests?\.py$")
 _PASSING = ("PASSED", "XFAIL")
 _XML_CAP = 32 << 20
+_XML_DECL = re.compile(rb"(?=<\?xml\s)")
 
 
 def runner_flags(patch: str) -> list[str]:
@@ -55,10 +58,24 @@ def runner_flags(patch: str) -> list[str]:
         path = f.new or f.old or "?"
         if f.paths and any(_TEST_PATH.search(p) for p in f.paths):
             flags.add(f"test file: {path}")
-        added = "\n".join(ln[1:] for ln in f.text.split("\n")
-                          if ln.startswith("+") and not ln.startswith("+++"))
-        flags.update(f"{label} in {path}" for label, rx in RUNNER_PATTERNS if rx.search(added))
+        blocks = _added_blocks(f.text)
+        text = "\n".join(blocks)
+        if path.endswith(".py"):  # names built at run time, folded (`envs/patchcode.py`)
+            text += "\n" + "\n".join(names_in(blocks))
+        flags.update(f"{label} in {path}" for label, rx in RUNNER_PATTERNS if rx.search(text))
     return sorted(flags)[:50]
+
+
+def _added_blocks(file_diff: str) -> list[str]:
+    """The runs of consecutive added lines of one file's diff, without their `+`."""
+    blocks, run = [], []
+    for ln in file_diff.split("\n"):
+        if ln.startswith("+") and not ln.startswith("+++"):
+            run.append(ln[1:])
+        elif run:
+            blocks.append("\n".join(run))
+            run = []
+    return blocks + (["\n".join(run)] if run else [])
 
 
 def junit_id(classname: str, name: str, ids: set[str]) -> str | None:
@@ -81,18 +98,21 @@ def _junit_keys(ids: set[str]) -> dict[tuple[str, str], str]:
 def junit_outcomes(xml: bytes, ids: set[str]) -> dict[str, str] | None:
     """`passed` / `failed` per id of `ids` the JUnit XML report `xml` holds (an xfail counts as
     passed, as swebench counts XFAIL), `missing` for those it lacks, or None when it is not a
-    JUnit report."""
+    JUnit report. `xml` may hold several reports one after the other (a test command that runs
+    pytest more than once): a test failed in any of them failed."""
     if len(xml) > _XML_CAP:
         return None
-    try:
-        root = ET.fromstring(xml)
-    except ET.ParseError:
-        return None
-    if root.tag not in ("testsuites", "testsuite"):
+    roots = []
+    for doc in (d for d in _XML_DECL.split(xml) if d.strip()):
+        try:
+            roots.append(ET.fromstring(doc))
+        except ET.ParseError:
+            return None
+    if not roots or any(r.tag not in ("testsuites", "testsuite") for r in roots):
         return None
     keys = _junit_keys(ids)
     out: dict[str, str] = {}
-    for case in root.iter("testcase"):
+    for case in (c for root in roots for c in root.iter("testcase")):
         node_id = keys.get((case.get("classname", ""), case.get("name", "")))
         if node_id is None:
             continue

@@ -1,10 +1,10 @@
 """The grader's side of tamper evidence, inside a grading container (`envs/tamper.py` decides).
 
 Before the tests: canaries (`envs/canary.py`) are planted in each test file the grader runs,
-from a seed drawn per grading run and never stored. For the tests: `PYTEST_ADDOPTS` asks pytest
-for a JUnit XML report at a random path outside the repository. After the tests: the grader
-reads that report itself (not through the test process) and keeps the outcomes of the canaries
-and the deciding tests for the verdict.
+from a seed drawn per grading run and never stored; the copies the grader wrote to plant them
+are removed with its other files before the tests start. For the tests: pytest writes a JUnit
+XML report on a stream only the grader reads (`envs/testrun.py`), whose outcomes of the canaries
+and the deciding tests go into the verdict.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import shlex
 
 from swefleet.envs import canary
 from swefleet.envs.gradelog import test_files_of
-from swefleet.envs.tamper import junit_outcomes
 
 _READ_CAP = 32 << 20
 _PER_DIR = 3
@@ -76,21 +75,3 @@ def _python_test_files(session, rng: random.Random) -> list[str]:
         found = sorted(n for n in names if res.exit_code == 0 and _DEFAULT_TEST_FILE.search(n))
         out += rng.sample(found, min(_PER_DIR, len(found)))
     return list(dict.fromkeys(out))
-
-
-def junit_path(scratch: str) -> str:
-    """A fresh, unpredictable path for this run's JUnit report."""
-    return f"{scratch}/{secrets.token_hex(12)}.xml"
-
-
-def junit_prefix(path: str) -> str:
-    """Shell that asks every pytest run of the test command for a JUnit report at `path`."""
-    opt = shlex.quote(f"--junitxml={path}")
-    return f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }}"{opt}; '
-
-
-def collect_junit(session, path: str, ids: set[str]) -> dict:
-    """The verdict's `junit` entry: outcome per id of `ids` from the report at `path`, or
-    None when there is none (or it is not a JUnit report)."""
-    raw = read_bytes(session.container, session.task.workdir, path)
-    return {"junit": junit_outcomes(raw, ids) if raw else None}

@@ -17,6 +17,7 @@ from swefleet.envs.bwrap.box import Box
 from swefleet.envs.bwrap.rootfs import ensure_rootfs
 from swefleet.envs.config import BwrapConfig, SandboxLimits
 from swefleet.envs.grading import DockerGrader, _Session
+from swefleet.envs.testrun import TestRun, run_in_process
 
 from swefleet.types import Task
 
@@ -40,17 +41,18 @@ class _BoxContainer:
         return SimpleNamespace(exit_code=res.returncode, output=res.stdout)
 
 
-def _exec_with_deadline(container: _BoxContainer, script: str, budget_s: float,
-                        workdir: str) -> int | None:
-    """`_Session`'s test runner for a box: `timeout` kills the tests' process group; None when
-    even the backstop passed (the box is then closed by the caller)."""
+def _run_tests(container: _BoxContainer, script: str, budget_s: float, workdir: str,
+               log_cap: int) -> TestRun:
+    """`_Session`'s test runner for a box: `timeout` kills the tests' process group, the
+    streams come back on pipes; what the tests left holding them is killed (`kill -1` inside
+    the box spares only its PID 1); exit status None when even the backstop passed."""
     cmd = ["timeout", "-k", "5", f"{budget_s:.1f}", "bash", "-c", script]
-    try:
-        return subprocess.run(container.box.argv(cmd, cwd=workdir), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=budget_s + 15, check=False).returncode
-    except subprocess.TimeoutExpired:
-        return None
+
+    def kill_rest():
+        subprocess.run(container.box.argv(["kill", "-9", "-1"]), stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=30, check=False)
+
+    return run_in_process(container.box.argv(cmd, cwd=workdir), budget_s, log_cap, kill_rest)
 
 
 class BwrapGrader(DockerGrader):
@@ -75,7 +77,7 @@ class BwrapGrader(DockerGrader):
         box = await Box.start(entry, task.workdir, self.limits, self.bwrap, _GRADE_ENV, name)
         try:
             session = _Session(_BoxContainer(box), task, deadline, self.log_cap_chars,
-                               self.config, exec_deadline=_exec_with_deadline)
+                               self.config, exec_deadline=_run_tests)
             return await asyncio.to_thread(session.run, model_patch)
         finally:
             await asyncio.shield(box.close())
