@@ -92,6 +92,8 @@ class ShellSession:
         """Open the shell and the killer; wait for the shell to report ready."""
         self._nonce = secrets.token_hex(8)
         self._demux, self._pending, self._n = self._new_demux(), b"", 0
+        self._leftovers: shell.OutputCapture | None = None
+        """Until the shell's `F` line of the last job: what that job left running wrote."""
         opened = await asyncio.gather(
             self._open_exec(shell.SHELL_ARGV),
             self._open_exec([*shell.SHELL_ARGV, "-c", shell.killer_script(self._nonce)]),
@@ -213,6 +215,8 @@ class ShellSession:
                 await self._pump(job, kill_bytes)
             if job.kill_sent:  # killed for its output: drop what it wrote while dying
                 await self._sync(job.n)
+            else:  # the shell kills what it left running; its output until then is dropped
+                self._leftovers = shell.OutputCapture(shell.reap_tag(self._nonce, job.n), 0)
             return
         except TimeoutError:
             job.kill_wanted = job.timed_out = True
@@ -306,6 +310,13 @@ class ShellSession:
         self._pending = tail.rest
 
     def _feed_stdout(self, job: _Job, payload: bytes) -> None:
+        if self._leftovers is not None:
+            if not self._leftovers.feed(payload):
+                return
+            if self._leftovers.total:
+                log.debug("dropped %d bytes written after its end by what job %d left running",
+                          self._leftovers.total, job.n - 1)
+            payload, self._leftovers = self._leftovers.rest, None
         if job.capture.done:
             self._pending += payload
         elif job.capture.feed(payload):

@@ -6,8 +6,12 @@ would read a command line byte by byte) and the command as one ASCII `$'...'` li
 command runs by `eval` in a forked subshell, a job of its own (`set -m`), so it has its own
 process group: a timeout kills that whole group inside the container (`kill -9 -- -PGID`, by a
 second idle shell, the killer, that finds the group in a file) and the shell itself survives.
-A subshell cannot change its parent, so on exit it writes its state (cwd, shell variables incl.
-exported ones, functions, `unset` calls) to a file that the parent evaluates when it changed;
+When the job's subshell ends, whatever it left running in its process group (a background job,
+a fork bomb) is killed by the shell before it reads the next request, so that a command ends
+when its processes do and the next command's output is its own (what they wrote after the
+job's end line, up to the shell's `F` line, is dropped). A subshell cannot change its parent,
+so on exit it writes its state (cwd, shell variables incl. exported ones, functions, `unset`
+calls) to a file that the parent evaluates when it changed;
 shell options (`set -e`, `shopt`) do not persist. Every line of the file only adds state (unsets
 come last), so a half-written file (a command killed while saving) restores a subset and breaks
 nothing; read-only variables fail their own line only.
@@ -53,7 +57,8 @@ __sf_save() {  # (volatile and call-stack specials are dropped: an unchanged sta
     __sf_out __sf_f __sf_fn __sf_fast _ BASH_COMMAND EPOCHREALTIME EPOCHSECONDS LINENO \
     PIPESTATUS RANDOM SRANDOM SECONDS GROUPS BASHPID BASH_SUBSHELL BASH_ARGV0 COMP_WORDBREAKS \
     FUNCNAME HISTCMD
-  builtin unset -f __sf_pre __sf_exit __sf_wait __sf_fin __sf_end __sf_sync unset __sf_save
+  builtin unset -f __sf_pre __sf_exit __sf_wait __sf_fin __sf_end __sf_sync __sf_reap unset \
+    __sf_save
   { builtin printf '%s\0builtin cd -- %q\n' "$__sf_ok" "$PWD"  # job number: the trap ran
     builtin unset -v __sf_ok
     builtin declare -p
@@ -84,6 +89,13 @@ __sf_end() {  # flag 1: the pids limit is (nearly) reached, e.g. by a fork bomb 
   builtin printf '\036%s:E%d:%d:%d\n' "$__sf_id" "$1" "$__sf_rc" "$f"
 }
 __sf_sync() { builtin printf '\036%s:S%d:0:0\n' "$__sf_id" "$1"; }  # flushes what came before
+__sf_reap() {  # after job $1: kill what it left running (its process group), then say so
+  builtin local i
+  if [[ -n ${__sf_last-} ]] && builtin kill -9 -- "-$__sf_last" 2>/dev/null; then
+    for ((i = 0; i < 50000; i++)); do builtin kill -0 -- "-$__sf_last" 2>/dev/null || break; done
+  fi
+  builtin printf '\036%s:F%d:0:0\n' "$__sf_id" "$1"  # what comes before is not the next job's
+}
 __sf_pids=
 for __sf_f in /sys/fs/cgroup/pids/pids /sys/fs/cgroup/pids; do
   [[ -r $__sf_f.max ]] && builtin read -r __sf_pmax <"$__sf_f.max" && __sf_pids=$__sf_f.current && break
@@ -104,11 +116,14 @@ LOOP = r"""while TMOUT= builtin read -r -N 21 __sf_h; do
        builtin eval "__sf_c=$__sf_q" ;;&
     Q) if [[ -z $__sf_fn ]]; then
          (__sf_pre "$__sf_n" 1; builtin eval "$__sf_c") </dev/null 2>&1 &
-         __sf_wait "$__sf_n"; (( __sf_rc == 0 )) || __sf_end "$__sf_n"; builtin continue
+         __sf_wait "$__sf_n"; (( __sf_rc == 0 )) || __sf_end "$__sf_n"
+         __sf_reap "$__sf_n"; builtin continue
        fi ;;&
     [PQ]) (__sf_pre "$__sf_n" ''; builtin eval "$__sf_c") </dev/null 2>&1 &
-       __sf_wait "$__sf_n"; __sf_fin "$__sf_n" && builtin eval "$__sf_old" 2>/dev/null ;;
-    N) (builtin eval "$__sf_c") </dev/null 2>&1 & __sf_wait "$__sf_n"; __sf_end "$__sf_n" ;;
+       __sf_wait "$__sf_n"; __sf_fin "$__sf_n" && builtin eval "$__sf_old" 2>/dev/null
+       __sf_reap "$__sf_n" ;;
+    N) (builtin eval "$__sf_c") </dev/null 2>&1 & __sf_wait "$__sf_n"; __sf_end "$__sf_n"
+       __sf_reap "$__sf_n" ;;
     S) __sf_sync "$__sf_n" ;;
   esac
 done; builtin exit 0
@@ -249,6 +264,12 @@ def sync_text(n: int) -> bytes:
 
 def sync_tag(nonce: str, n: int) -> bytes:
     return f"\x1e{nonce}:S{n}:".encode()
+
+
+def reap_tag(nonce: str, n: int) -> bytes:
+    """The line the shell writes once what job `n` left running is killed: the bytes between
+    the job's end line and it are that leftovers' output, nobody's."""
+    return f"\x1e{nonce}:F{n}:".encode()
 
 
 class Demux:

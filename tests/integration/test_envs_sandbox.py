@@ -148,13 +148,14 @@ async def test_cannot_see_host_files_or_processes(sb, tmp_path):
     assert r.output.startswith("hidden\n") and "sleep" in r.output
 
 
-async def test_background_processes_do_not_hang_the_session(sb):
+async def test_background_processes_end_with_their_command(sb):
     start = time.monotonic()
     r = await sb.run("sleep 500 & nohup sleep 501 >/dev/null 2>&1 & echo started")
-    assert r.output == "started\n" and time.monotonic() - start < 3
-    assert (await sb.run("echo next")).output == "next\n"
-    assert await _procs(sb, "[s]leep 50") == 2  # still running, in their own group
-    await sb.run("pkill -f 'sleep 50' || true")
+    assert r.output == "started\n" and time.monotonic() - start < 3  # no hang
+    assert await _procs(sb, "[s]leep 50") == 0  # killed with the command's process group
+    r = await sb.run("(sleep 0.3; echo late) & echo now")
+    assert r.output == "now\n"
+    assert (await sb.run("sleep 0.5; echo next")).output == "next\n"  # not `late`
 
 
 async def test_cancelled_command_is_killed(sb):

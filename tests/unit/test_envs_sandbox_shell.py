@@ -121,8 +121,20 @@ def _session(*commands: str) -> list[tuple[str, int]]:
         out = out[out.index(b"\n", out.index(b":READY:")) + 1 :] if i == 1 else out
         assert cap.feed(out)
         results.append((cap.result()[0], cap.rc))
-        out = cap.rest
+        reaped = shell.OutputCapture(shell.reap_tag("t", i), 0)  # what it left running: killed
+        assert reaped.feed(cap.rest)
+        out = reaped.rest
     return results
+
+
+def test_what_a_command_leaves_running_is_killed_before_the_next_one():
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    results = _session("(sleep 0.5; echo late) & echo now", "sleep 1; echo next",
+                       "(trap '' HUP; while :; do echo spam; sleep 0.01; done) & sleep 0.1; echo ok",
+                       "sleep 0.2; echo own")
+    assert results[0] == ("now\n", 0) and results[1] == ("next\n", 0)
+    assert results[2][0].endswith("ok\n") and results[3] == ("own\n", 0)
 
 
 def test_state_persists_and_unsets_propagate_in_a_local_bash(tmp_path):
