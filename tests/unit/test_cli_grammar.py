@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,10 +148,11 @@ def test_libraries_are_quiet_unless_verbose(restore_logging, monkeypatch):
     for name in ("httpx", "urllib3", "docker", "transformers", "datasets", "huggingface_hub"):
         assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
     assert os.environ["TQDM_DISABLE"] == "1" and os.environ["TRANSFORMERS_VERBOSITY"] == "info"
-    from tqdm import tqdm
-
-    with tqdm(range(3)) as bar:
-        assert bar.disable
+    # tqdm reads TQDM_* when it is imported: a process started after this (trainer, servers,
+    # the libraries a command imports later) gets no progress bars
+    code = "from tqdm import tqdm; print(tqdm(range(3)).disable)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "True"
     assert logging.getLogger("swefleet").level == logging.NOTSET  # ours follow the root
 
 
