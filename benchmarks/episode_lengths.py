@@ -2,8 +2,8 @@
 
     python benchmarks/episode_lengths.py runs/<run>            # or a path to episodes.jsonl[.gz]
 
-An episode's context is its longest sample: the prompt of a turn (the whole history, token for
-token) plus that turn's completion. Prints a table of the distribution (min, p10, p50, p90, max,
+An episode's context is its longest sample (prompts and completions since the sample's first turn,
+token for token). Prints a table of the distribution (min, p10, p50, p90, max,
 mean) of turns and context tokens, the statuses, and one JSON object on the last line.
 """
 
@@ -25,8 +25,16 @@ def episodes(path: Path) -> list[dict]:
 
 
 def context_tokens(episode: dict) -> int:
-    return max((len(t["prompt_ids"]) + len(t["completion_ids"]) for t in episode["turns"]),
-               default=0)
+    """Tokens of the episode's longest sample: a turn's `prompt_ids` are what was appended since
+    the previous completion (docs/trajectory_format.md), so a sample's context is the running
+    sum of prompts and completions since its first turn (turn 0 or a `new_sample` turn)."""
+    longest = running = 0
+    for i, turn in enumerate(episode["turns"]):
+        if i == 0 or turn.get("new_sample"):
+            running = 0
+        running += len(turn["prompt_ids"]) + len(turn["completion_ids"])
+        longest = max(longest, running)
+    return longest
 
 
 def distribution(values: list[float]) -> dict:
