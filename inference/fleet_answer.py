@@ -43,8 +43,7 @@ def completion(
         )
     if not math.isfinite(sum(lps)):  # NaN/inf: unusable for training, unwritable as JSON
         raise RequestCancelled(CancelReason.server_error, f"{server.url}: non-finite logprobs")
-    version = data.policy_version if data.policy_version is not None else server.version or 0
-    final = data.policy_version_final if data.policy_version_final is not None else version
+    version, final = answer_versions(server, data, sent_version)
     server.version = max(server.version or 0, final)
     if choice.finish_reason == "abort":
         raise _aborted(server, data, sent_version)
@@ -73,6 +72,24 @@ def completion(
         routed_experts=choice.routed_experts,
         extra=extra,
     )
+
+
+def answer_versions(
+    server: ServerState, data: CompletionResponse, sent_version: int | None
+) -> tuple[int, int]:
+    """(version of the first token, version of the last) of an answer. A server that reports
+    them (the embedded engine) is believed. One that does not (vLLM) may have loaded new weights
+    while the request was in flight (its updates keep in-flight requests): its tokens are then
+    of the version the server had when the request was sent, then of the current one, and the
+    answer is labelled by the older, never claimed fresher than it is."""
+    now = server.version or 0
+    first = data.policy_version
+    if first is None:
+        first = sent_version if sent_version is not None else now
+    final = data.policy_version_final
+    if final is None:
+        final = first if data.policy_version is not None else max(first, now)
+    return first, final
 
 
 def _aborted(
