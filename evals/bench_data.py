@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from swefleet.evals.bench_events import checkpoint_steps, label_events
+
 from swefleet.rundir import read_jsonl
 
 #: phase column -> (file, key) it is read from; all are seconds and keyed by step
@@ -37,7 +39,9 @@ class RunData:
     rows: list[dict]
     """One row per step: step, time_s, served_at_s, the PHASES columns (None when the source
     record is missing), batch_interval_s (the orchestrator's time between handing batch i-1
-    and batch i to the trainer), rollouts, samples, tokens_per_s."""
+    and batch i to the trainer), rollouts, samples, tokens_per_s, checkpoint_blocking_s (of the
+    checkpoint the trainer started after this step; None when checkpoints are off) and event
+    (evals/bench_events.py: a periodic event's label, or None)."""
     episodes: list[dict]
     """task_id and status of every episode the run recorded."""
 
@@ -78,7 +82,8 @@ def load_run(path: Path) -> RunData:
 
 def step_rows(weights: list[dict], metrics: list[dict], trainer: list[dict],
               source: Path | str = "") -> list[dict]:
-    """Join the three per-step sources on the step index; stops at the first missing version."""
+    """Join the three per-step sources on the step index; stops at the first missing version.
+    Steps a trainer checkpoint held up are labelled (`event`)."""
     by_file = {"weights.jsonl": {int(r["version"]) - 1: r for r in weights},
                "metrics.jsonl": {int(r["step"]): r for r in metrics},
                "trainer_metrics.jsonl": {int(r["step"]): r for r in trainer}}
@@ -97,7 +102,10 @@ def step_rows(weights: list[dict], metrics: list[dict], trainer: list[dict],
         row["batch_interval_s"] = m.get("time/step_s")
         row["rollouts"] = m.get("rollout/episodes")
         row["samples"] = m.get("batch/samples")
-        row["tokens_per_s"] = by_file["trainer_metrics.jsonl"].get(step, {}).get("tokens_per_s")
+        t = by_file["trainer_metrics.jsonl"].get(step, {})
+        row["tokens_per_s"] = t.get("tokens_per_s")
+        row["checkpoint_blocking_s"] = t.get("checkpoint_blocking_s")
         rows.append(row)
         prev, step = at, step + 1
+    label_events(rows, checkpoint_steps(trainer))
     return rows

@@ -1,4 +1,4 @@
-"""Markdown rendering of a `swefleet.bench/1` report (numbers come from the report only)."""
+"""Markdown rendering of a `swefleet.bench/2` report (numbers come from the report only)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ PLOTS = {
     "step_time_hist.png": "steady-state step-time distribution",
     "phases.png": "phase breakdown",
     "success_by_task.png": "success by task",
+}
+EVENT_NAMES = {
+    "checkpoint": "checkpoint (the step the trainer's checkpoint held up)",
+    "after_checkpoint": "after checkpoint (its batch was ready early)",
 }
 MAX_LISTED_STEPS = 20
 """The runs table lists at most this many step times per run; bench.json has all of them."""
@@ -46,6 +50,7 @@ def bench_markdown(r: dict, plots: list[str] | None = None) -> str:
         *_batch_clock_lines(r),
         *_throughput_lines(r),
         "",
+        *_event_lines(r),
         *_phase_lines(r),
         "",
         *_run_lines(r),
@@ -83,8 +88,28 @@ def _throughput_lines(r: dict) -> list[str]:
     t = r["throughput"]
     rps = "–" if t["rollouts_per_s"] is None else f"{t['rollouts_per_s']:.3f}"
     tok = t["trainer_tokens_per_s_median"]
-    return [f"| rollouts/s (steady) | {rps} |",
+    return [f"| rollouts/s (after warm-up, events included) | {rps} |",
             f"| trainer tokens/s (median) | {'–' if tok is None else f'{tok:.0f}'} |"]
+
+
+def _event_lines(r: dict) -> list[str]:
+    """The periodic events' rows (left out of the steady statistics above, never hidden)."""
+    ev = r.get("periodic_events") or {}
+    lines = ["## Periodic events (not in the steady statistics above)", ""]
+    if not ev.get("checkpoints"):
+        return [*lines, f"None: {ev.get('note') or 'no event recorded'}.", ""]
+    lines += [(f"{ev['checkpoints']} trainer checkpoint(s) after the warm-up "
+               f"(trainer.checkpoint_every = {ev['checkpoint_every']})."), "",
+              "| event | steps | median | min / max | extra vs steady median |",
+              "|---|---|---|---|---|"]
+    for name, e in ev["events"].items():
+        extra = "–" if e["extra_s"] is None else f"{e['extra_s']:+.3f}s"
+        lines.append(f"| {EVENT_NAMES.get(name, name)} | {e['n']} | {_s(e['median_s'])} | "
+                     f"{_s(e['min_s'])} / {_s(e['max_s'])} | {extra} |")
+    net = ev["net_extra_s_per_checkpoint"]
+    lines.append(f"| net cost per checkpoint (both steps) | | | | "
+                 f"{'–' if net is None else f'{net:+.3f}s'} |")
+    return [*lines, ""]
 
 
 def _phase_lines(r: dict) -> list[str]:
@@ -103,12 +128,13 @@ def _run_lines(r: dict) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for run in r["runs"]:
         s = run["steady"]
-        times = " ".join(f"{row['time_s']:.2f}" for row in run["steps"][:MAX_LISTED_STEPS])
+        times = " ".join(f"{row['time_s']:.2f}{'*' if row.get('event') else ''}"
+                         for row in run["steps"][:MAX_LISTED_STEPS])
         if len(run["steps"]) > MAX_LISTED_STEPS:
             times += " … (bench.json)"
         lines.append(f"| {run['name']} | {run['warmup_steps_detected']} | {_s(s['median_s'])} | "
                      f"{_s(s['p90_s'])} | {_pct(s['cv'])} | {_s(run['wall_s'])} | {times} |")
-    return lines
+    return [*lines, "", "`*`: a periodic event's step (above), not in the steady statistics."]
 
 
 def _excluded_lines(r: dict) -> list[str]:

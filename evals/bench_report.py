@@ -2,7 +2,9 @@
 the raw per-step and per-episode records of the run directories (evals/bench_data.py).
 
 One warm-up count is excluded from every run: the largest count `detect_warmup` finds in any of
-them, so all runs are compared over the same steps.
+them, so all runs are compared over the same steps. After the warm-up, the steps a periodic event
+set (a trainer checkpoint: evals/bench_events.py) are reported on their own, not in the steady
+statistics.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from collections import Counter
 from pathlib import Path
 
 from swefleet.evals.bench_data import PHASES, RunData, find_run_dirs, load_run
+from swefleet.evals.bench_events import events_report, is_steady
 from swefleet.evals.steptime import coef_var, detect_warmup, summarize, warmup_threshold
 
 from swefleet.stats import median
 from swefleet.types import NON_SCORABLE
 
-SCHEMA = "swefleet.bench/1"
+SCHEMA = "swefleet.bench/2"
 DEFINITIONS = {
     "step": "One optimizer step of the async pipeline, timed as the interval between two "
             "consecutive policy versions being served to the fleet (step i ends when v(i+1) is "
@@ -32,6 +35,11 @@ DEFINITIONS = {
                    "consecutive batches handed to the trainer (metrics.jsonl time/step_s), with "
                    "its own warm-up count by the same rule. It is the pipeline's period without "
                    "the train/export/sync latency jitter the step clock adds.",
+    "periodic_events": "After the warm-up, the step a trainer checkpoint held up (the trainer "
+                       "started it after publishing the previous version: checkpoint_blocking_s "
+                       "> 0 in trainer_metrics.jsonl) and the step after it (its batch was ready "
+                       "early) are left out of the steady-state statistics and reported in "
+                       "periodic_events: count, median, extra seconds vs the steady median.",
     "noise": "swefleet report compare: 95% two-level bootstrap CI of the difference (runs, then "
              "steps within a run); beyond noise when the CI excludes 0.",
 }
@@ -43,11 +51,13 @@ def build_bench_report(runs: list[RunData], environment: dict | None = None) -> 
         raise ValueError("no complete run: " + ", ".join(
             f"{r.name} served {len(r.rows)}/{r.expected_steps} versions" for r in runs))
     warmup = max(detect_warmup(r.step_times) for r in used)
-    steady_rows = [row for r in used for row in r.rows[warmup:]]
+    after_warmup = [row for r in used for row in r.rows[warmup:]]
+    steady_rows = [row for row in after_warmup if is_steady(row)]
     steady = [row["time_s"] for row in steady_rows]
     per_run = [_run_entry(r, warmup) for r in used]
     stats = summarize(steady)
     orch = used[0].config["orchestrator"]
+    checkpoint_every = used[0].config.get("trainer", {}).get("checkpoint_every")
     return {
         "schema": SCHEMA,
         "definitions": DEFINITIONS,
@@ -65,8 +75,10 @@ def build_bench_report(runs: list[RunData], environment: dict | None = None) -> 
         **{f"step_time_{k}": v for k, v in stats.items() if k != "n"},
         **_best_vs_median(per_run),
         "batch_clock": _batch_clock(used),
+        "periodic_events": events_report(after_warmup, stats["median_s"], checkpoint_every,
+                                         used[0].expected_steps),
         "phases": _phases(steady_rows, stats["median_s"]),
-        "throughput": _throughput(steady_rows),
+        "throughput": _throughput(after_warmup),
         "rollouts": _rollouts(used),
         "runs": per_run,
         "excluded_runs": [{"name": r.name, "reason": f"incomplete: {len(r.rows)}/"
@@ -86,7 +98,7 @@ def _run_entry(run: RunData, warmup: int) -> dict:
         "warmup_steps_detected": detect_warmup(times),
         "warmup_threshold_s": warmup_threshold(times) if len(times) > 1 else None,
         "wall_s": run.rows[-1]["served_at_s"],
-        "steady": summarize(times[warmup:]),
+        "steady": summarize([row["time_s"] for row in run.rows[warmup:] if is_steady(row)]),
         "steps": run.rows,
     }
 
@@ -126,6 +138,7 @@ def _phases(rows: list[dict], step_median: float | None) -> dict:
 
 
 def _throughput(rows: list[dict]) -> dict:
+    """Over every step after the warm-up, periodic events included (they are part of the rate)."""
     timed = [r for r in rows if r["rollouts"] is not None]
     total_s = sum(r["time_s"] for r in timed)
     tokens = [r["tokens_per_s"] for r in rows if r["tokens_per_s"] is not None]

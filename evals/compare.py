@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from swefleet.evals.bench_data import PHASES
+from swefleet.evals.bench_events import is_steady
 from swefleet.evals.bench_report import SCHEMA as BENCH_SCHEMA
 from swefleet.evals.bench_report import config_diff
 from swefleet.evals.exact_tests import SIGNIFICANCE, fisher_exact_p, mcnemar_exact_p
@@ -72,9 +73,10 @@ def _row(metric: str, va: float | None, vb: float | None,
 
 
 def steady_samples(report: dict, field: str) -> list[list[float]]:
-    """Per run, the steady-state values of one per-step column (warm-up rows dropped)."""
+    """Per run, the steady-state values of one per-step column (warm-up and periodic-event rows
+    dropped)."""
     w = report["warmup_steps"]
-    return [[row[field] for row in run["steps"][w:] if row[field] is not None]
+    return [[row[field] for row in run["steps"][w:] if row[field] is not None and is_steady(row)]
             for run in report["runs"]]
 
 

@@ -127,7 +127,7 @@ def plot_step_times(report: dict, path: Path):
 def plot_step_time_hist(report: dict, path: Path) -> None:
     """Distribution of the steady-state step times from 0 s, median and p90 marked."""
     w = report["warmup_steps"]
-    times = [r["time_s"] for run in report["runs"] for r in run["steps"][w:]]
+    times = [r["time_s"] for run in report["runs"] for r in run["steps"][w:] if not r.get("event")]
     fig, ax = figure()
     ax.hist(times, bins=min(30, max(5, len(times) // 2)), color="tab:blue", alpha=0.8,
             label="steady-state steps, all runs")

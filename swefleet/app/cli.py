@@ -159,7 +159,11 @@ def _add_rl_parser(sub) -> None:
 def _add_bench_parsers(sub) -> None:
     be = sub.add_parser("bench", help="step-time benchmark: run a config R times for N steps")
     flags.add_config(be, required=True)
-    be.add_argument("--steps", type=int, default=10, help="steps per run (>= 2; step 0 is warm-up)")
+    # 12: the default trainer.checkpoint_every (10) checkpoints after step 9, which shows in
+    # steps 10 and 11; shorter runs never see a checkpoint's cost
+    be.add_argument("--steps", type=int, default=12,
+                    help="steps per run (>= 2; step 0 is warm-up; the default 12 holds one trainer "
+                         "checkpoint at the default trainer.checkpoint_every 10)")
     be.add_argument("--runs", type=flags.positive_int, default=3, help="independent runs")
     flags.add_output_dir(be, "run-<i>/ dirs, bench.json, bench.md, PNGs", required=True)
     flags.add_set(be)

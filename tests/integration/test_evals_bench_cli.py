@@ -26,7 +26,7 @@ def test_report_bench_and_compare_via_cli(tmp_path):
     proc = _swefleet("report", "bench", str(a))
     assert "# swefleet bench" in proc.stdout and "| median | 2.500s |" in proc.stdout
     report = json.loads((a / "bench.json").read_text())
-    assert report["schema"] == "swefleet.bench/1"
+    assert report["schema"] == "swefleet.bench/2"
     # the interface the issue names, with the fixture's hand-computed values
     assert report["step_time_median_s"] == pytest.approx(2.5)
     assert report["step_time_p90_s"] == pytest.approx(3.0)

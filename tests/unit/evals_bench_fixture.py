@@ -27,11 +27,23 @@ EPISODES = {
 }
 
 
-def config(out: Path, steps: int = 6, groups_per_step: int = 2) -> dict:
+def config(out: Path, steps: int = 6, groups_per_step: int = 2,
+           checkpoint_every: int | None = None) -> dict:
     return {"name": "fixture", "output_dir": str(out),
             "orchestrator": {"steps": steps, "groups_per_step": groups_per_step,
                              "rollouts_per_task": 2, "async_level": 1},
-            "trainer": {"lr": 1e-4}}
+            "trainer": {"lr": 1e-4, "checkpoint_every": checkpoint_every}}
+
+
+def checkpoint_fields(step: int, every: int) -> dict:
+    """What trainer/main.py adds to the record of `step` from `Saves.metrics()` when
+    `checkpoint_every` is set: disk figures, the blocking seconds of the checkpoint started
+    after this step (0.0 when none was), the background seconds of the newest finished one."""
+    out = {"disk_free_gb": 412.5, "disk_paused_saves": 0,
+           "checkpoint_blocking_s": 7.5 if (step + 1) % every == 0 else 0.0}
+    if step >= every:  # the first save finished in the background during the next steps
+        out["checkpoint_background_s"] = 3.25
+    return out
 
 
 def _jsonl(path: Path, records: list[dict]) -> None:
@@ -40,9 +52,11 @@ def _jsonl(path: Path, records: list[dict]) -> None:
 
 def write_run(out: Path, times: list[float], *, steps: int = 6, groups_per_step: int = 2,
               episodes: list[tuple[str, str]] = (), skip_trainer_steps: tuple[int, ...] = (),
-              rollouts: dict[int, int] | None = None) -> Path:
+              rollouts: dict[int, int] | None = None,
+              checkpoint_every: int | None = None) -> Path:
     out.mkdir(parents=True)
-    (out / "config.json").write_text(json.dumps(config(out, steps, groups_per_step)))
+    (out / "config.json").write_text(json.dumps(config(out, steps, groups_per_step,
+                                                       checkpoint_every)))
     served, weights, metrics, trainer = 0.0, [], [], []
     for step, t in enumerate(times):
         served += t
@@ -53,7 +67,9 @@ def write_run(out: Path, times: list[float], *, steps: int = 6, groups_per_step:
         if step not in skip_trainer_steps:
             trainer.append({"step": step, "policy_version": step + 1, "loss": 0.1,
                             "step_time_s": 0.5, "export_time_s": 0.25, "wait_time_s": 0.125,
-                            "tokens_per_s": 100.0 * (step + 1)})
+                            "tokens_per_s": 100.0 * (step + 1),
+                            **(checkpoint_fields(step, checkpoint_every)
+                               if checkpoint_every else {})})
     _jsonl(out / "weights.jsonl", weights)
     _jsonl(out / "metrics.jsonl", metrics)
     _jsonl(out / "trainer_metrics.jsonl", trainer)

@@ -94,7 +94,8 @@ def test_incomplete_run_excluded_and_listed(report):
 def test_headline_is_recomputable_from_the_reports_own_rows(report):
     """Every headline number follows from the per-step rows the report carries."""
     w = report["warmup_steps"]
-    steady = [row["time_s"] for run in report["runs"] for row in run["steps"][w:]]
+    steady = [row["time_s"] for run in report["runs"] for row in run["steps"][w:]
+              if row["event"] is None]
     s = summarize(steady)
     for key in ("median_s", "p90_s", "mean_s", "std_s", "cv", "min_s", "max_s"):
         assert report[f"step_time_{key}"] == s[key]
