@@ -97,6 +97,10 @@ class RLLoop:
         self.group_slots = asyncio.Semaphore(max_groups)
         self.episode_slots = asyncio.Semaphore(cfg.max_concurrent_episodes)
         self.version_changed = asyncio.Condition()
+        """Notified when the served version changes or groups are discarded (`_discard`)."""
+        self.discarded_groups = 0
+        """Groups taken for a batch that trained on none of them (all stale, or the batch was
+        empty and re-cut): the producer starts that many more for the same step."""
         self.rng = random.Random(cfg.seed)
         self.started_at = time.monotonic()
         self.groups: set[asyncio.Task] = set()
@@ -130,10 +134,10 @@ class RLLoop:
         started = 0
         while True:
             await self.group_slots.acquire()
-            # a group feeds batch ~started // groups_per_step: never run more than async_level
-            # versions ahead of the policy that will train on it
-            feeds_step = self.resume.step + started // self.cfg.groups_per_step
-            await self._wait_version(feeds_step - self.cfg.async_level, timeout_s=None)
+            # never run more than async_level versions ahead of the policy that will train on
+            # the group (a discarded group's replacement feeds the same step)
+            async with self.version_changed:
+                await self.version_changed.wait_for(functools.partial(self._startable, started))
             if self.state.served_version >= self.cfg.steps:
                 # every batch is trained on: a group started now could only be cancelled
                 await asyncio.get_running_loop().create_future()  # until `run` ends
@@ -143,6 +147,19 @@ class RLLoop:
             group = asyncio.create_task(self._run_group(order.pop()))
             self.groups.add(group)
             group.add_done_callback(self._group_done)
+
+    def _startable(self, started: int) -> bool:
+        """Whether the next group (after `started` others) may start: the step it will feed is
+        at most async_level ahead of the served version."""
+        feeds_step = (self.resume.step
+                      + (started - self.discarded_groups) // self.cfg.groups_per_step)
+        return self.state.served_version >= feeds_step - self.cfg.async_level
+
+    async def _discard(self, n: int) -> None:
+        """`n` groups taken for a batch fed none: their replacements feed the same step."""
+        async with self.version_changed:
+            self.discarded_groups += n
+            self.version_changed.notify_all()
 
     def _group_done(self, group: asyncio.Task) -> None:
         self.groups.discard(group)
@@ -316,6 +333,8 @@ class RLLoop:
                                  [t.episode_id for t, old in zip(group, stale) if old])
             if fresh:
                 groups.append(fresh)
+            else:
+                await self._discard(1)
         return groups, time.monotonic() - t0
 
     def _is_stale(self, traj: Trajectory, step: int) -> bool:
@@ -366,6 +385,7 @@ class RLLoop:
             if not samples:  # nothing trainable: not handed to the trainer, the step is re-cut
                 empty_in_a_row += 1
                 self._count_drop("empty_batch", [t.episode_id for t in trajs], n=1)
+                await self._discard(len(groups))
                 if empty_in_a_row >= self.cfg.max_empty_batches:
                     raise RunAborted(
                         f"{empty_in_a_row} batches in a row had no trainable sample: every "

@@ -220,3 +220,26 @@ async def test_weights_timeout_is_a_clear_run_error(tmp_path):
     state["loop"] = loop
     with pytest.raises(RunAborted, match=r"no policy v2 within weights_timeout_s=0.3s"):
         await asyncio.wait_for(loop.run(), 10)
+
+
+@pytest.mark.parametrize("async_level", [0, 1])
+async def test_empty_batches_are_recut_without_a_hang_and_then_abort(tmp_path, async_level):
+    """A batch with nothing trainable (zero-variance groups dropped) is re-cut: the producer
+    starts replacement groups for the same step, also when synchronous (async_level 0, where
+    a group for the next step would wait for a version that only that batch can produce)."""
+    cfg = OrchestratorConfig(steps=3, groups_per_step=1, rollouts_per_task=2, async_level=async_level,
+                             max_concurrent_episodes=4, drop_zero_variance_groups=True,
+                             max_empty_batches=3)
+    with pytest.raises(RunAborted, match="no trainable sample"):  # every group: equal rewards
+        await run_loop(tmp_path, cfg, {}, reward=lambda n: 0.0)
+
+
+@pytest.mark.parametrize("async_level", [0, 1])
+async def test_a_recut_step_trains_on_the_replacement_groups(tmp_path, async_level):
+    cfg = OrchestratorConfig(steps=3, groups_per_step=1, rollouts_per_task=2, async_level=async_level,
+                             max_concurrent_episodes=4, drop_zero_variance_groups=True,
+                             max_empty_batches=3)
+    # the first 2 groups (4 episodes) have equal rewards, then rewards alternate
+    loop, records, _ = await run_loop(tmp_path, cfg, {}, reward=lambda n: 0.0 if n <= 4 else n % 2)
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert loop.state.drops.get("empty_batch") == 2 and loop.discarded_groups == 2
