@@ -17,6 +17,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from swefleet.envs.protocol import InfraError
+
 #: The descriptor the test command gets for pytest's JUnit report (the run's standard error).
 REPORT_FD = 3
 _REPORT_CAP = 32 << 20
@@ -98,22 +100,28 @@ def run_in_container(container, script: str, budget_s: float, workdir: str,
     cmd = ["timeout", "-k", "5", f"{budget_s:.1f}", "bash", "-c", script]
     exec_id = api.exec_create(container.id, cmd, workdir=workdir)["Id"]
     stream = api.exec_start(exec_id, stream=True, demux=True)
-    output, report = CappedOutput(log_cap), Report()
+    output, report, failed = CappedOutput(log_cap), Report(), []
 
     def read():
-        for out, err in stream:
-            if out:
-                output.feed(out)
-            if err:
-                report.feed(err)
+        try:
+            for out, err in stream:
+                if out:
+                    output.feed(out)
+                if err:
+                    report.feed(err)
+        except Exception as e:  # noqa: BLE001 - raised in the caller's thread below
+            failed.append(e)
 
     reader = threading.Thread(target=read, name="swefleet-grade-read", daemon=True)
     reader.start()
     exit_code = _wait_exec(api, exec_id, time.monotonic() + budget_s + 15)
     reader.join(_DRAIN_S)
-    if reader.is_alive() or exit_code is None:  # processes it left hold the streams open
+    killed = reader.is_alive() or exit_code is None
+    if killed:  # processes it left hold the streams open
         container.kill()  # removed by the caller
         reader.join(30)
+    if failed and not killed:
+        raise InfraError(f"lost the tests' output stream: {type(failed[0]).__name__}: {failed[0]}")
     return TestRun(exit_code, output.text(), report.value())
 
 

@@ -29,19 +29,19 @@ def test_gold_patches_graded_all_at_once_with_canaries():
     done, errors = threading.Event(), []
 
     def keep_parsing():
-        while not done.is_set():
+        while not done.is_set() and not errors:  # (a parse that failed once fails again)
             errors.extend(hammer(safe_ast.parse, threads=2, rounds=10))
 
     parsing = threading.Thread(target=keep_parsing)
     parsing.start()
-    try:
-        patches = {t.instance_id: t.patch for t in tasks}
-        results = asyncio.run(grade_many(tasks, patches, grader, concurrency=len(tasks),
-                                         infra_retries=0))
+    patches = {t.instance_id: t.patch for t in tasks}
+    grading = grade_many(tasks, patches, grader, concurrency=len(tasks), infra_retries=0)
+    try:  # (a tree built while another thread parsed can be corrupt: a walk that never ends)
+        results = asyncio.run(asyncio.wait_for(grading, 150))
     finally:
         done.set()
         parsing.join()
-        grader.close()
+        grader.close(abandon=True)
     assert errors == []
     for task, r in zip(tasks, results):
         assert not is_infra(r) and r.status == GradeStatus.resolved, (task.instance_id, r.reason)

@@ -427,3 +427,26 @@ def test_the_tests_reach_no_file_of_the_grader(tasks, grader):
     r = grader.grade_sync(task, task.patch + probe)
     assert r.status == GradeStatus.resolved, r.log[-3000:]
     assert '"junit": {' in r.log
+
+
+LEFT_BEHIND = """
+
+def _linger():
+    import subprocess
+    import sys
+
+    if "_pytest" in sys.modules:  # holds the run's streams after pytest ended
+        subprocess.Popen(["sleep", "300"], start_new_session=True)
+
+
+_linger()
+"""
+
+
+def test_a_process_left_behind_cannot_hold_or_change_the_run(tasks, grader):
+    """Package code starts a process in a new session that keeps the output stream open: the
+    grade still ends in seconds (it is killed once the test command ended)."""
+    task = next(t for t in tasks if t.instance_id == TARGETS[0])
+    linger = edit_patch(task, "textkit/__init__.py", lambda s: s + LEFT_BEHIND)
+    r = grader.grade_sync(task, task.patch + linger)
+    assert r.status == GradeStatus.resolved and r.duration_s < 30, (r.reason, r.log[-3000:])

@@ -49,7 +49,7 @@ def hammer(convert, threads: int = 6, rounds: int = 150) -> list[BaseException]:
                 stop.set()
 
     threshold = gc.get_threshold()
-    gc.set_threshold(1)
+    gc.set_threshold(1, 1000, 1000)  # a young collection at every allocation, old ones rare
     try:
         workers = [threading.Thread(target=work) for _ in range(threads)]
         for w in workers:
