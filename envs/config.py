@@ -153,6 +153,13 @@ class GradingConfig(BaseModel):
     RLIMIT_NPROC)."""
     parallelism: int = Field(8, ge=1)
     """Most grading runs at once per grader (the threads of its pool); more wait their turn."""
+    gold_canary_rate: float = Field(0.02, ge=0.0, le=1.0)
+    """Share of the episodes' grading runs during `swefleet rl` that also grade the task's gold
+    patch (its `patch`; tasks without one are skipped) in a fresh sandbox, on a grader of its
+    own with one slot, after the episode's grade: never in an episode's reward, never on the
+    step's path. A gold patch that does not resolve means the environment is broken for that
+    task (`env/gold_canary_failures`, the task id logged as a warning). The choice is a draw
+    seeded by `orchestrator.seed`; 1.0 grades the gold after every episode's grade; 0 is off."""
 
 
 class DockerHost(BaseModel):

@@ -15,6 +15,7 @@ from swefleet.agents.config import AgentConfig
 from swefleet.agents.loop import run_episode
 from swefleet.envs.protocol import Farm, Grader, InfraError
 from swefleet.inference.protocol import ModelClient
+from swefleet.orchestrator.gold_canary import GoldCanary
 
 from swefleet.types import EpisodeStatus, GradeCause, GradeStatus, Task, Trajectory
 
@@ -59,6 +60,13 @@ class RolloutContext:
     on_start: Sink | None = None
     """Called with the empty trajectory when an episode starts (the run's started journal:
     `orchestrator/resume.py`, so a killed run can settle the episodes it never finished)."""
+    episode: Callable[..., Awaitable[Trajectory]] = run_episode
+    """Runs the agent's episode in the sandbox: `agents.loop.run_episode` (token-exact), or
+    `agents.chat_loop.run_chat_episode` (messages to a chat endpoint, `swefleet eval --api
+    chat`)."""
+    gold_canary: GoldCanary | None = None
+    """Grades a share of the tasks' gold patches beside the episodes' grades (never their
+    reward): `orchestrator/gold_canary.py`."""
 
 
 async def run_rollout(
@@ -76,7 +84,7 @@ async def run_rollout(
     try:
         async with ctx.farm.acquire(task) as sandbox:
             t_sandbox = time.monotonic() - t0
-            traj = await run_episode(
+            traj = await ctx.episode(
                 task, sandbox, ctx.model, ctx.tokenizer, ctx.agent,
                 episode_id=handle.episode_id, group_id=group_id, on_end=ended.append,
             )
@@ -116,6 +124,8 @@ async def _grade(ctx: RolloutContext, task: Task, traj: Trajectory) -> None:
     t0 = time.monotonic()
     result = await ctx.grader.grade(task, traj.model_patch)
     traj.timings["grading"] = time.monotonic() - t0
+    if ctx.gold_canary is not None:
+        ctx.gold_canary.after_grade(task)  # its own task: this episode does not wait for it
     traj.grade = result
     if result.status == GradeStatus.error and result.cause == GradeCause.infra:
         traj.status, traj.reason, traj.reward = EpisodeStatus.infra_error, result.reason, None

@@ -254,8 +254,27 @@ async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, sta
     from swefleet.orchestrator.resume import record_started
 
     ctx = RolloutContext(farm=farm, grader=grader, model=fleet, tokenizer=tokenizer,
-                         agent=agent, on_start=lambda t: record_started(run_dir, t, journal))
+                         agent=agent, on_start=lambda t: record_started(run_dir, t, journal),
+                         gold_canary=_gold_canary(cfg, run_id, stack, step_metrics))
     return swe_rollout(ctx)
+
+
+def _gold_canary(cfg: RunConfig, run_id: str, stack, step_metrics: list | None):
+    """The live gold canary on a one-slot grader of its own (`envs.grading.gold_canary_rate`;
+    None when 0), its metrics appended to `step_metrics`."""
+    rate = cfg.envs.grading.gold_canary_rate
+    if not rate:
+        return None
+    from swefleet.envs.backends import make_grader
+    from swefleet.orchestrator.gold_canary import GoldCanary
+
+    one_slot = cfg.envs.grading.model_copy(update={"parallelism": 1})
+    grader = make_grader(run_id, cfg.envs.model_copy(update={"grading": one_slot}))
+    stack.callback(grader.close, abandon=True)  # gold grades in flight end with the run
+    canary = GoldCanary(grader, rate, seed=cfg.orchestrator.seed)
+    if step_metrics is not None:
+        step_metrics.append(canary.step_metrics)
+    return canary
 
 
 def _install_signal_handlers() -> None:

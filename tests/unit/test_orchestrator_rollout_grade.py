@@ -33,7 +33,7 @@ async def test_only_an_infra_cause_is_an_infra_error(status, cause, episode, rew
     grade = GradeResult(instance_id="t1", status=status, cause=cause, reason="infra-ish text")
     traj = Trajectory(episode_id="e", task_id="t1", status=EpisodeStatus.unresolved,
                       model_patch="diff")
-    await _grade(SimpleNamespace(grader=_Grader(grade)), TASK, traj)
+    await _grade(SimpleNamespace(grader=_Grader(grade), gold_canary=None), TASK, traj)
     assert (traj.status, traj.reward, traj.grade) == (episode, reward, grade)
     if episode != EpisodeStatus.resolved:
         assert traj.reason == "infra-ish text"
@@ -55,7 +55,8 @@ async def test_unsubmitted_episodes_are_graded_only_when_configured(
     status, grade_unsubmitted, graded, episode, reward
 ):
     grader = _Grader(RESOLVED)
-    ctx = SimpleNamespace(grader=grader, agent=AgentConfig(grade_unsubmitted=grade_unsubmitted))
+    ctx = SimpleNamespace(grader=grader, agent=AgentConfig(grade_unsubmitted=grade_unsubmitted),
+                          gold_canary=None)
     traj = Trajectory(episode_id="e", task_id="t1", status=status, model_patch="diff")
     await _score(ctx, TASK, traj)
     assert (grader.calls, traj.status, traj.reward) == (graded, episode, reward)
