@@ -4,7 +4,6 @@ no traceback, no torn version) until there is room again; then the run goes on."
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 from pathlib import Path
 
@@ -18,20 +17,15 @@ from swefleet.batch import batch_path, pack_samples, write_batch
 from swefleet.diskspace import free_bytes
 from swefleet.rundir import looks_complete, read_jsonl
 from swefleet.tinymodel import create_tiny_model
+from tests.tmpfs import small_tmpfs
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def small_fs(tmp_path) -> Path:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)],
-                          check=False, capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], check=True)
+    with small_tmpfs(tmp_path, "16m") as mnt:
+        yield mnt
 
 
 def _batches(out: Path, steps: int) -> Path:

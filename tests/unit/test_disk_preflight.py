@@ -3,7 +3,6 @@ filesystem is too small is refused with one line (exit 2) before anything is wri
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from swefleet.app.cli import main
 from swefleet.app.config import load_config
 from swefleet.app.disk_preflight import rl_needs
 from swefleet.diskspace import GB
+from tests.tmpfs import small_tmpfs
 
 pytestmark = pytest.mark.unit
 
@@ -30,14 +30,8 @@ def test_the_0_6b_preset_prediction_covers_the_measured_run():
 
 @pytest.fixture
 def small_fs(tmp_path) -> Path:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
-                          check=False, capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], check=True)
+    with small_tmpfs(tmp_path, "8m") as mnt:
+        yield mnt
 
 
 def test_a_run_the_filesystem_cannot_hold_is_refused_in_one_line(small_fs, capsys):
