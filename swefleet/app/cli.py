@@ -106,6 +106,12 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from swefleet.app.replay import replay_cli
+
+    return replay_cli(args)
+
+
 def _sft(args: argparse.Namespace) -> int:
     from swefleet.app.sft import sft_cli
 
@@ -142,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     flags.add_set(sh)
     cf.set_defaults(func=_config)
     add_export_parser(sub, _export)
+    _add_replay_parser(sub)
     finish_parsers(p)
     return p
 
@@ -300,6 +307,31 @@ def _add_sft_parsers(sub) -> None:
     flags.add_set(de)
     add_restart(de)
     de.set_defaults(func=_demo)
+
+
+def _add_replay_parser(sub) -> None:
+    rp = sub.add_parser("replay", help="restore an episode's sandbox at a turn; check replays",
+                        description="Replay a recorded episode's actions (turns 0..K) in a fresh "
+                        "sandbox of its task, check each observation against the record, then "
+                        "open a shell there (or print its state); --check replays whole "
+                        "episodes and writes RUN_DIR/replay_check.json (docs/replay.md).",
+                        epilog="examples:\n  swefleet replay runs/RUN --episode ID --turn 3\n"
+                        "  swefleet replay out/oracle --episode ID --no-shell --json r.json\n"
+                        "  swefleet replay runs/RUN --check --max-workers 4")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="an rl, sft or eval output dir")
+    rp.add_argument("--episode", default="", metavar="ID", help="the episode's episode_id")
+    rp.add_argument("--turn", type=int, default=None, metavar="K",
+                    help="restore the state after turn K (default: the last turn)")
+    rp.add_argument("--no-shell", action="store_true",
+                    help="print git status, git diff --stat and the match table; no shell")
+    rp.add_argument("--check", action="store_true",
+                    help="replay every episode (or --episode) whole and report how many match")
+    rp.add_argument("--backend", choices=["docker", "bwrap"], default="",
+                    help="sandbox backend (default: the run's envs.backend)")
+    flags.add_max_workers(rp, "episodes replayed at a time (--check)", default=1)
+    rp.add_argument("--json", default="", metavar="FILE",
+                    help="also write the restore (timings, match table, the workdir's diff)")
+    rp.set_defaults(func=_replay)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,152 @@
+"""`swefleet replay`: restore a recorded episode's sandbox at a turn and look inside, or check
+how deterministic the replays of a run's episodes are (docs/replay.md).
+
+    swefleet replay RUN_DIR --episode ID --turn K          # a shell in the restored sandbox
+    swefleet replay RUN_DIR --episode ID --turn K --no-shell
+    swefleet replay RUN_DIR --check                        # writes RUN_DIR/replay_check.json
+
+The sandbox comes from the run's own `envs` config (backend, limits) through the farm, under a
+run label of its own (`replay-<hex>`): it is removed when the command ends, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from swefleet.app.replay_run import ReplayRun, check_turn, load_run, task_of
+from swefleet.types import Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+def replay_cli(args: argparse.Namespace) -> int:
+    """Bad input (run folder, episode, turn, task file) fails before any sandbox is made."""
+    run = load_run(args.run_dir)
+    if args.check:
+        if args.turn is not None:
+            raise ValueError("--turn restores one episode; --check replays whole episodes")
+        episodes = [run.episode(args.episode)] if args.episode else run.episodes
+        tasks = {t.task_id: task_of(run, t) for t in episodes if t.turns}
+        return _interruptible(_check(run, episodes, tasks, args))
+    if not args.episode:
+        raise ValueError("--episode ID is needed (or --check for every episode)")
+    traj = run.episode(args.episode)
+    turn = check_turn(traj, args.turn)
+    task = task_of(run, traj)
+    return _interruptible(_restore(run, traj, task, turn, args))
+
+
+def _interruptible(coro) -> int:
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:  # asyncio.run cancelled the work: the sandbox is gone by now
+        print("swefleet replay: interrupted; the sandbox was removed", file=sys.stderr)
+        return 130
+
+
+def _farm(run: ReplayRun, backend: str):
+    from swefleet.envs.backends import make_farm
+
+    envs = run.config.envs
+    if backend and backend != envs.backend:
+        envs = envs.model_copy(update={"backend": backend})
+    return make_farm(f"replay-{uuid.uuid4().hex[:8]}", envs)
+
+
+async def _replay(sb, run: ReplayRun, traj: Trajectory, through: int) -> list:
+    from swefleet.agents.replay import replay_turns
+    from swefleet.agents.scaffolds import make_scaffold
+
+    agent = run.config.agent
+    return await replay_turns(sb, make_scaffold(agent), traj.turns, through, agent.scaffold,
+                              agent.command_timeout_s)
+
+
+async def _restore(run: ReplayRun, traj: Trajectory, task: Task, turn: int,
+                   args: argparse.Namespace) -> int:
+    from swefleet.agents.replay import recorded_seconds
+    from swefleet.app.replay_shell import interactive_shell, match_table, shell_argv, state_lines
+
+    t0 = time.monotonic()
+    async with _farm(run, args.backend) as farm, farm.acquire(task) as sb:
+        sandbox_s = time.monotonic() - t0
+        steps = await _replay(sb, run, traj, turn)
+        restore_s = time.monotonic() - t0
+        matched = sum(s.matches for s in steps)
+        print(f"episode {traj.episode_id} ({traj.task_id}) restored to turn {turn}: "
+              f"{len(steps)} actions replayed, {matched} observations match the record; "
+              f"restore {restore_s:.2f} s (sandbox {sandbox_s:.2f} s), recorded "
+              f"{recorded_seconds(traj.turns, turn):.2f} s")
+        print("\n".join(match_table(steps)))
+        if args.json:
+            _write_restore_json(Path(args.json), traj, turn, steps, await sb.diff(),
+                                sandbox_s, restore_s, farm.config.backend)
+        argv, why = ([], "") if args.no_shell else shell_argv(sb, farm.config)
+        if argv:
+            print(f"a shell in the sandbox at turn {turn} (workdir {sb.workdir}); exit it to "
+                  "remove the sandbox", flush=True)
+            await interactive_shell(argv)
+            return 0
+        if why:
+            print(f"no interactive shell ({why}): the sandbox's state instead")
+        print("\n".join(await state_lines(sb)))
+    return 0
+
+
+def _write_restore_json(path: Path, traj: Trajectory, turn: int, steps: list, patch: str,
+                        sandbox_s: float, restore_s: float, backend: str) -> None:
+    from swefleet.agents.replay import recorded_seconds
+    from swefleet.rundir import write_text_atomic
+
+    matched = sum(s.matches for s in steps)
+    record = {"episode_id": traj.episode_id, "task_id": traj.task_id, "turn": turn,
+              "backend": backend, "replayed_turns": len(steps), "matched_turns": matched,
+              "match_share": matched / len(steps) if steps else None,
+              "sandbox_s": sandbox_s, "restore_s": restore_s,
+              "recorded_s": recorded_seconds(traj.turns, turn), "patch": patch,
+              "turns": [s.record() for s in steps]}
+    write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+async def _check(run: ReplayRun, episodes: list[Trajectory], tasks: dict[str, Task],
+                 args: argparse.Namespace) -> int:
+    from swefleet.evals.replay_check import EpisodeCheck, check_report, summary_lines
+    from swefleet.rundir import write_text_atomic
+
+    limit = asyncio.Semaphore(args.max_workers)
+    async with _farm(run, args.backend) as farm:
+
+        async def one(traj: Trajectory) -> EpisodeCheck:
+            if not traj.turns:
+                return EpisodeCheck(traj.episode_id, traj.task_id, [], "no turns recorded")
+            async with limit:
+                return await _check_one(farm, run, traj, tasks[traj.task_id])
+
+        checks = await asyncio.gather(*(one(t) for t in episodes))
+        backend = farm.config.backend
+    report = {"run": str(run.root), "backend": backend, **check_report(list(checks))}
+    write_text_atomic(run.root / "replay_check.json", json.dumps(report, indent=2) + "\n")
+    print("\n".join(summary_lines(report)))
+    print(f"wrote {run.root / 'replay_check.json'}")
+    return 0
+
+
+async def _check_one(farm, run: ReplayRun, traj: Trajectory, task: Task):
+    """One episode replayed whole; a sandbox failure is this episode's error, not the run's."""
+    from swefleet.envs.protocol import InfraError
+    from swefleet.evals.replay_check import EpisodeCheck
+
+    try:
+        async with farm.acquire(task) as sb:
+            steps = await _replay(sb, run, traj, len(traj.turns) - 1)
+    except InfraError as e:
+        log.warning("episode %s not replayed: %s", traj.episode_id, e)
+        return EpisodeCheck(traj.episode_id, traj.task_id, [], f"{type(e).__name__}: {e}")
+    return EpisodeCheck(traj.episode_id, traj.task_id, [s.record() for s in steps])
