@@ -193,6 +193,10 @@ class InferenceConfig(BaseModel):
     """`model` field sent with each request; empty sends none (the server's own model). The
     servers this project starts serve exactly this name (the embedded engine's
     `served_model_names`, vLLM's `--served-model-name`); a server that does not serve it answers 404 and the request fails (`server_error`)."""
+    api_key_env: str = ""
+    """Name of the environment variable holding the API key of an outside chat endpoint
+    (`swefleet eval --api chat`), sent as `Authorization: Bearer <key>`; empty sends none. Only
+    the variable's name is configured: the key itself is never written to a file or a log."""
     max_connections: int = Field(1024, ge=1)
     """Most open HTTP connections of the client over all servers and pools."""
     server_api: Literal["swefleet", "vllm"] = "swefleet"
