@@ -76,11 +76,19 @@ async def run_episode(
     `on_end` is called with the finished trajectory in every case, cancellation included.
     `min_policy_version` (else `config.min_policy_version`, else 0) is sent with every request.
     """
-    start = time.monotonic()
     episode = _Episode(task, sandbox, model, tokenizer, config, episode_id, group_id)
     if min_policy_version is not None:
         episode.min_version = min_policy_version
-    episode.deadline = _deadline(config, deadline_s, start)
+    return await drive_episode(episode, deadline_s, on_end)
+
+
+async def drive_episode(
+    episode: _Episode, deadline_s: float | None, on_end: Callable[[Trajectory], None] | None
+) -> Trajectory:
+    """Run `episode` to its one status (the fault boundary of `run_episode`, shared by the chat
+    loop `agents.chat_loop`), collect its patch, and return its trajectory."""
+    start = time.monotonic()
+    episode.deadline = _deadline(episode.config, deadline_s, start)
     traj = episode.traj
     try:
         await episode.run_until_deadline(start)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from swefleet.evals.chat_endpoint import serving_line
 from swefleet.evals.stats import (
     flip_rate,
     mean_pass_at_k,
@@ -69,6 +70,7 @@ def report_markdown(report: dict) -> str:
         "# swefleet eval",
         "",
         *([overlap_line(report["trained_overlap"])] if "trained_overlap" in report else []),
+        *([serving_line(report)] if "api" in report else []),
         f"- success rate: **{report['success_rate']:.1%}** (95% CI {lo:.1%} – {hi:.1%})",
         (f"- tasks: {report['n_tasks']}, episodes: {report['n_episodes']}, "
          f"infra errors: {report['infra_errors']} "

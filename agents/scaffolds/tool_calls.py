@@ -71,6 +71,12 @@ def parse_tool_call(text: str) -> Action:
         ) from None
     except RecursionError:
         raise FormatError("the tool call is nested too deeply to be a tool call") from None
+    return tool_action(call)
+
+
+def tool_action(call: object) -> Action:
+    """A decoded call `{"name": ..., "arguments": {...}}` as a validated `Action`;
+    `FormatError` when it is not one call of a known tool with valid arguments."""
     name, raw = _name_and_arguments(call)
     try:
         arguments = ARGUMENTS[name].model_validate(raw).model_dump(exclude_none=True)

@@ -6,7 +6,9 @@ Resumable: each finished episode is appended to `DIR/episodes.jsonl`; a restarte
 against a served checkpoint: the config's inference fleet on `--model DIR` (embedded or vLLM
 servers, supervised), or `--server URL` (repeatable), each checked at startup to answer GET
 /v1/models and to serve `inference.model_name`, else a config error, exit code 2, naming the
-served models: `evals.served`).
+served models: `evals.served`). `--api chat` runs the agent at the message level against one
+OpenAI-compatible chat endpoint instead (`agents.chat_loop`, `inference.chat_client`; startup
+check: `evals.chat_endpoint`); the report then names the API mode, model and endpoint.
 
 SWE-bench harness conventions (docs/eval.md): `--instance-ids`/`--filter`/`--slice` pick the
 instances (`evals.select`), `--max-workers` runs that many at a time, `--timeout` bounds each
@@ -27,6 +29,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from swefleet.evals.chat_endpoint import api_key_from_env, chat_model_name, serving_fields
 from swefleet.evals.export import EVAL_META, trajectory_path
 from swefleet.evals.harness_logs import instance_log_dir, write_instance_logs
 from swefleet.evals.report import build_report, report_markdown
@@ -49,7 +52,11 @@ def run_eval_cli(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, harness_overrides(args) + args.set, servers=args.server)
     cfg.tasks.path, cfg.tasks.split, cfg.tasks.limit = args.tasks, args.split, None
-    if args.agent == "model":  # before any task: a wrong name or a missing vLLM fails at once
+    if args.agent == "model" and args.api == "chat":  # before any task: a wrong name fails
+        args.model = chat_model_name(args.server[0], args.model or cfg.inference.model_name,
+                                     api_key_from_env(cfg.inference.api_key_env),
+                                     cfg.inference.connect_timeout_s)
+    elif args.agent == "model":  # before any task: a wrong name or a missing vLLM fails at once
         from swefleet.app.servers import check_launchable
 
         check_launchable(cfg)
@@ -77,7 +84,9 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     records = [r for r in read_jsonl(out / "episodes.jsonl") if r["task_id"] in selected]
     report = build_report(records, args.k)
     report.update(cost_fields(report, cfg.orchestrator))
-    if args.agent == "model":  # was the checkpoint trained on the tasks it is evaluated on?
+    if args.agent == "model":
+        report.update(serving_fields(args.api, args.model, args.server))
+    if args.agent == "model" and args.api == "tokens":  # was it trained on the tasks?
         report.update(overlap_fields(args.model, selected))
     write_json_atomic(out / "report.json", report)
     write_swebench_outputs(records, out, layout.run_id, layout.model_name,
@@ -142,7 +151,8 @@ def write_eval_meta(args: argparse.Namespace, layout: _Layout, tasks: list[Task]
     source = Path(args.tasks)
     write_json_atomic(layout.out / EVAL_META, {
         "run_id": layout.run_id, "model_name_or_path": layout.model_name, "agent": args.agent,
-        "model": str(Path(args.model).resolve()) if args.model else "",
+        "model": str(Path(args.model).resolve()) if args.model and args.api == "tokens"
+        else args.model, "api": args.api,
         "tasks": str(source.resolve()) if source.exists() else args.tasks,
         "split": args.split, "k": args.k, "instance_ids": [t.instance_id for t in tasks]})
 
@@ -312,6 +322,8 @@ async def _policy(cfg, args, run_id: str):
         return _PatchPolicy(args.agent)
     if args.agent == "predictions":
         return _PatchPolicy("predictions", load_predictions_for(args))
+    if args.api == "chat":
+        return _chat_policy(cfg, args, run_id)
     from contextlib import AsyncExitStack
 
     from swefleet.agents.tokenizer import Tokenizer
@@ -329,6 +341,39 @@ async def _policy(cfg, args, run_id: str):
         raise
     return _AgentPolicy(cfg, fleet, supervisor, make_farm(run_id, cfg.envs),
                         Tokenizer.from_dir(args.model), stack)
+
+
+class _ChatPolicy:
+    """The agent against a chat endpoint (`--api chat`): messages, no local tokenizer."""
+
+    def __init__(self, cfg, client, farm) -> None:
+        self.cfg, self.client, self.farm = cfg, client, farm
+
+    async def __call__(self, task: Task, grader) -> Trajectory:
+        from swefleet.agents.chat_loop import run_chat_episode
+        from swefleet.orchestrator.rollout import RolloutContext, RolloutHandle, run_rollout
+
+        ctx = RolloutContext(self.farm, grader, self.client, None, self.cfg.agent,
+                             episode=run_chat_episode)
+        handle = RolloutHandle(uuid.uuid4().hex[:12], 0)
+        return await run_rollout(ctx, task, handle, group_id="", sink=lambda t: None)
+
+    async def guard(self, work):
+        return await work
+
+    async def aclose(self) -> None:
+        log.info("chat endpoint %s: %s", self.client.url, self.client.totals)
+        await self.farm.close()
+        await self.client.aclose()
+
+
+def _chat_policy(cfg, args, run_id: str) -> _ChatPolicy:
+    from swefleet.envs.backends import make_farm
+    from swefleet.inference.chat_client import ChatClient
+
+    key = api_key_from_env(cfg.inference.api_key_env)
+    client = ChatClient(args.server[0], args.model, cfg.inference, api_key=key)
+    return _ChatPolicy(cfg, client, make_farm(run_id, cfg.envs))
 
 
 class _Progress:

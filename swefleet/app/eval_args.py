@@ -33,8 +33,12 @@ def add_eval_args(ev: argparse.ArgumentParser) -> None:
                     help="SWE-bench predictions file (JSONL/JSON) for --agent predictions")
     ev.add_argument("--model", default="",
                     help="HF checkpoint dir served by the embedded engine (with --server: the "
-                         "model's tokenizer dir)")
+                         "model's tokenizer dir; with --api chat: the model NAME to request)")
     flags.add_server(ev)
+    ev.add_argument("--api", default="tokens", choices=["tokens", "chat"],
+                    help="tokens: token ids to /v1/completions (local tokenizer, token-exact); "
+                         "chat: messages to --server's /v1/chat/completions (any "
+                         "OpenAI-compatible chat endpoint, its own chat template)")
     flags.add_config(ev, help="TOML config for agent/envs/inference sections")
     flags.add_set(ev, "envs.max_concurrent=16")
     ev.add_argument("-k", type=flags.positive_int, default=1, help="attempts per task")
@@ -78,7 +82,9 @@ def check_eval_args(args: argparse.Namespace) -> None:
     from swefleet.app.config import load_config
 
     cfg = load_config(args.config, args.set, servers=args.server)
-    if args.agent == "model":  # running servers (--server, kind external) need its tokenizer
+    if args.agent == "model" and args.api == "chat":
+        _check_chat(args, cfg.inference.api_key_env)
+    elif args.agent == "model":  # running servers (--server, kind external) need its tokenizer
         _check_model(args.model, served=cfg.inference.resolved_kind == "external")
     if args.agent == "predictions":
         if not args.predictions:
@@ -86,6 +92,15 @@ def check_eval_args(args: argparse.Namespace) -> None:
         if not Path(args.predictions).is_file():
             raise ValueError(f"--predictions {args.predictions}: no such file")
     check_task_source(args.tasks)
+
+
+def _check_chat(args: argparse.Namespace, api_key_env: str) -> None:
+    """`--api chat`: one `--server`, and the API key's variable set when one is named."""
+    from swefleet.evals.chat_endpoint import api_key_from_env
+
+    if len(args.server) != 1:
+        raise ValueError("--api chat needs exactly one --server URL (the chat endpoint)")
+    api_key_from_env(api_key_env)
 
 
 def _check_model(model: str, served: bool) -> None:

@@ -103,7 +103,9 @@ def eval_fingerprint(args: argparse.Namespace, cfg: RunConfig) -> tuple[dict, di
     settings only; the model agent's on the agent and the sampling too."""
     fp: dict = {"command": "eval", "agent": args.agent}
     about: dict = {}
-    if args.agent == "model":
+    if args.agent == "model" and getattr(args, "api", "tokens") == "chat":  # a served name
+        fp["model"] = about["model"] = f"chat {args.model} at {', '.join(args.server)}"
+    elif args.agent == "model":
         fp["model"], about["model"] = checkpoint_hash(args.model), args.model
     if args.agent == "predictions" and args.predictions:
         fp["predictions"] = file_hash(args.predictions)
