@@ -2,8 +2,9 @@
 normalising what differs from run to run (`swefleet replay --check`, docs/replay.md).
 
 Each mismatching turn is classified by the kinds of run-dependent text that differ in it
-(`RULES`: dates, timing figures, hex addresses, temporary names, pids, random values); one
-that still differs once all of them are normalised is `other`. The report
+(`RULES`: dates, the sandbox shell's line numbers in its error messages, timing figures, hex
+addresses, temporary names, pids, random values); one that still differs once all of them are
+normalised is `other`. The report
 (`replay_check.json`) gives the share of episodes and of turns that match, raw and
 normalised, the count of each kind, and every mismatch with its first differing line.
 """
@@ -21,6 +22,8 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
         r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?"
         r"|\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun),? +\w{3} +\d{1,2} +\d{2}:\d{2}:\d{2}( +\w+)? +\d{4}"
         r"|\b\d{4}-\d{2}-\d{2}\b|\b\d{2}:\d{2}:\d{2}\b"), "<DATE>"),
+    ("shell_lines", re.compile(
+        r"\b(bash|sh)(: eval)?: line \d+|(here-document at) line \d+"), "<SHELL LINE>"),
     ("timing", re.compile(
         r"\b\d+(\.\d+)?\s?(s|ms|us|µs|ns|sec|secs|seconds?|minutes?)\b"
         r"|\b\d+m\d+(\.\d+)?s\b"), "<DURATION>"),
@@ -79,12 +82,13 @@ def first_difference(recorded: str, replayed: str) -> dict:
 @dataclass
 class EpisodeCheck:
     """One episode's replay: its turns as `agents.replay.ReplayedTurn` records, or the error
-    that stopped it."""
+    that stopped it, or why it was not replayed (`skipped`: no action ran a thing)."""
 
     episode_id: str
     task_id: str
     turns: list[dict]
     error: str = ""
+    skipped: str = ""
 
 
 def _turn_verdict(turn: dict) -> dict:
@@ -104,7 +108,7 @@ def check_report(episodes: list[EpisodeCheck]) -> dict:
     mismatches, turn_raw, turn_norm, ep_raw, ep_norm, replayed = [], 0, 0, 0, 0, 0
     n_turns = 0
     for ep in episodes:
-        if ep.error:
+        if ep.error or ep.skipped:
             continue
         replayed += 1
         verdicts = [_turn_verdict(t) for t in ep.turns]
@@ -124,6 +128,7 @@ def check_report(episodes: list[EpisodeCheck]) -> dict:
     return {
         "schema": "swefleet.replay_check/1",
         "episodes": len(episodes), "episodes_replayed": replayed,
+        "episodes_skipped": sum(bool(e.skipped) for e in episodes),
         "errors": [{"episode_id": e.episode_id, "error": e.error} for e in episodes if e.error],
         "turns": n_turns,
         "episode_match_share": {"raw": _share(ep_raw, replayed),
@@ -142,8 +147,9 @@ def summary_lines(report: dict) -> list[str]:
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
-    lines = [(f"episodes replayed: {report['episodes_replayed']} of {report['episodes']}, "
-              f"turns compared: {report['turns']}"),
+    lines = [(f"episodes replayed: {report['episodes_replayed']} of {report['episodes']} "
+              f"({report['episodes_skipped']} ran no action), turns compared: "
+              f"{report['turns']}"),
              f"episodes matching: {pct(ep['raw'])} raw, {pct(ep['normalised'])} normalised",
              f"turns matching:    {pct(tu['raw'])} raw, {pct(tu['normalised'])} normalised"]
     if report["mismatch_kinds"]:

@@ -33,7 +33,10 @@ def replay_cli(args: argparse.Namespace) -> int:
         if args.turn is not None:
             raise ValueError("--turn restores one episode; --check replays whole episodes")
         episodes = [run.episode(args.episode)] if args.episode else run.episodes
-        tasks = {t.task_id: task_of(run, t) for t in episodes if t.turns}
+        tasks = {}
+        for traj in episodes:
+            if traj.turns and traj.task_id not in tasks:
+                tasks[traj.task_id] = task_of(run, traj)
         return _interruptible(_check(run, episodes, tasks, args))
     if not args.episode:
         raise ValueError("--episode ID is needed (or --check for every episode)")
@@ -117,6 +120,7 @@ def _write_restore_json(path: Path, traj: Trajectory, turn: int, steps: list, pa
 
 async def _check(run: ReplayRun, episodes: list[Trajectory], tasks: dict[str, Task],
                  args: argparse.Namespace) -> int:
+    from swefleet.agents.replay import replayable
     from swefleet.evals.replay_check import EpisodeCheck, check_report, summary_lines
     from swefleet.rundir import write_text_atomic
 
@@ -124,8 +128,8 @@ async def _check(run: ReplayRun, episodes: list[Trajectory], tasks: dict[str, Ta
     async with _farm(run, args.backend) as farm:
 
         async def one(traj: Trajectory) -> EpisodeCheck:
-            if not traj.turns:
-                return EpisodeCheck(traj.episode_id, traj.task_id, [], "no turns recorded")
+            if not replayable(traj.turns, run.config.agent.scaffold, len(traj.turns)):
+                return EpisodeCheck(traj.episode_id, traj.task_id, [], skipped="no action")
             async with limit:
                 return await _check_one(farm, run, traj, tasks[traj.task_id])
 

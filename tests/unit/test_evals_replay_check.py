@@ -45,3 +45,10 @@ def test_report_shares_before_and_after_normalising():
     assert report["errors"] == [{"episode_id": "e4", "error": "InfraError: no sandbox"}]
     assert [(m["episode_id"], m["line"], m["recorded"], m["replayed"])
             for m in report["mismatches"]] == [("e1", 1, "in 1s", "in 2s"), ("e2", 1, "a", "b")]
+
+
+def test_shell_line_numbers_are_normalised():
+    recorded = ("bash: line 74: warning: here-document at line 74 delimited by end-of-file\n"
+                "bash: eval: line 71: syntax error near unexpected token `)'")
+    replayed = recorded.replace("74", "83").replace("71", "79")
+    assert classify(recorded, replayed) == ["shell_lines"]
