@@ -23,16 +23,16 @@ def shell_argv(sb: Any, config: Any) -> tuple[list[str], str]:
     """The host command of an interactive shell in `sb`, or `([], why not)`."""
     if not sys.stdin.isatty() or not sys.stdout.isatty():
         return [], "no terminal"
+    term = os.environ.get("TERM", "xterm")
     box = getattr(sb, "box", None)
     if box is not None:  # bwrap
-        return box.argv(["bash", "-i"]), ""
+        return box.argv(["env", f"TERM={term}", "bash", "-i"]), ""
     if config.hosts:
         return [], "the sandbox runs on a remote Docker host (envs.hosts)"
     if shutil.which("docker") is None:
         return [], "no `docker` command on this machine"
     env = [a for k, v in config.session_env.items() if k != "TERM"
            for a in ("-e", f"{k}={v}")]
-    term = os.environ.get("TERM", "xterm")
     return ["docker", "exec", "-it", "-u", sb.limits.user, "-w", sb.workdir, *env,
             "-e", f"TERM={term}", sb.container_id, "bash", "-i"], ""
 

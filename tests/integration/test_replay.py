@@ -138,13 +138,17 @@ def test_bad_input_is_one_line_and_exit_2(run_dir, tmp_path):
         assert "restored" not in done.stdout
 
 
-def test_restore_on_bwrap(run_dir, tmp_path):
+def _need_bwrap() -> None:
     from swefleet.envs.bwrap.box import BwrapMissing, check_tools
 
     try:
         check_tools()
     except BwrapMissing as e:
         pytest.skip(f"bwrap backend unavailable: {e}")
+
+
+def test_restore_on_bwrap(run_dir, tmp_path):
+    _need_bwrap()
     ep = _episodes(run_dir)[1]
     out = tmp_path / "restore.json"
     done = _replay(run_dir, "--episode", ep["episode_id"], "--backend", "bwrap", "--no-shell",
@@ -156,9 +160,12 @@ def test_restore_on_bwrap(run_dir, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs `script` for a terminal")
-def test_interactive_shell_is_in_the_restored_workdir(run_dir):
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+def test_interactive_shell_is_in_the_restored_workdir(run_dir, backend):
+    if backend == "bwrap":
+        _need_bwrap()
     ep = _episodes(run_dir)[0]["episode_id"]
-    command = f"{SWEFLEET} replay {run_dir} --episode {ep} --turn 0"
+    command = f"{SWEFLEET} replay {run_dir} --episode {ep} --turn 0 --backend {backend}"
     proc = subprocess.Popen(["script", "-qec", command, "/dev/null"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(0.5)  # (input typed ahead waits in the terminal for the shell)
