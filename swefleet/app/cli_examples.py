@@ -18,8 +18,10 @@ EXAMPLES: dict[str, list[str]] = {
     "eval": [("swefleet eval --agent oracle --tasks envs/data/quickstart/tasks.jsonl "
               "--output-dir out/oracle"),
              ("swefleet eval --agent model --model runs/RUN/weights/v000002 "
-              "--tasks envs/data/quickstart/tasks.jsonl --split heldout -k 4 --output-dir out/ckpt")],
-    "bench": [("swefleet bench --config configs/quickstart.toml --steps 5 --runs 3 "
+              "--tasks envs/data/quickstart/tasks.jsonl --split heldout -k 4 --output-dir out/ckpt"),
+             ("swefleet eval --api chat --server http://127.0.0.1:8000 --model NAME "
+              "--tasks envs/data/quickstart/tasks.jsonl --output-dir out/chat")],
+    "bench": [("swefleet bench --config configs/quickstart.toml --steps 12 --runs 3 "
                "--output-dir out/bench")],
     "report": ["swefleet report bench out/bench", "swefleet report compare A.json B.json"],
     "report bench": ["swefleet report bench out/bench --no-plots"],
