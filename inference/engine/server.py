@@ -8,7 +8,8 @@ bound port to F once serving (`"port": 0` picks a free one). Launchers build the
 `EngineSettings.from_inference` and `inference.launch.embedded_command`.
 
 Endpoints: POST /v1/completions (vLLM-shaped, `stream: true` too, see `inference/wire.py` and
-`inference/engine/stream.py`), GET /v1/models,
+`inference/engine/stream.py`), POST /v1/chat/completions (the checkpoint's chat template, plain
+messages: `inference/engine/chat.py`), GET /v1/models,
 POST /tokenize, GET /health (policy_version), GET /metrics (Prometheus text),
 POST /update_weights {"path", "version", "abort_in_flight"}; weight sync by broadcast
 (`nccl_receiver.py`): GET /get_world_size, POST /init_weight_transfer_engine {"init_info"},
@@ -16,8 +17,8 @@ POST /receive_weights {"version", "abort_in_flight", "update_info"}.
 
 Model names, as vLLM: the server serves the names /v1/models lists (`served_model_names`, one
 or more; default: the checkpoint directory's name), answers with the first, and refuses any
-other `model` of /v1/completions and /tokenize with 404 NotFoundError; no `model` (or "") is
-the served model.
+other `model` of /v1/completions, /v1/chat/completions and /tokenize with 404 NotFoundError;
+no `model` (or "") is the served model.
 
 The model runs on the engine's own thread; handlers only wait on futures, so the event loop
 stays free. A client that disconnects (e.g. its deadline passed) cancels its sequence, streamed
@@ -34,6 +35,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from swefleet.inference.engine import chat
 from swefleet.inference.engine.core import (
     Engine,
     EngineDead,
@@ -170,6 +172,25 @@ class Handlers:
     async def complete(self, body: CompletionRequest, request: Request) -> CompletionResponse:
         self.check_model(body.model)
         prompt_ids, params = self.prompt_ids(body), self.params(body)
+        result = await self.generate(prompt_ids, params, request)
+        return self.response(body, prompt_ids, result)
+
+    async def chat(self, body: chat.ChatCompletionRequest, request: Request) -> dict:
+        """One assistant reply to `body.messages` (`chat.py`): the checkpoint's chat template,
+        then the same generation as /v1/completions."""
+        self.check_model(body.model)
+        try:
+            prompt_ids = chat.prompt_ids(self.loaded.tokenizer, body)
+        except chat.ChatRequestError as exc:
+            raise HTTPError(400, str(exc)) from exc
+        completion = chat.completion_request(body, prompt_ids, self.loaded.max_model_len)
+        result = await self.generate(prompt_ids, self.params(completion), request)
+        return chat.answer(body, prompt_ids, result, self.loaded.tokenizer, self.name)
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, request: Request
+    ) -> GenerationResult:
+        """Submit one sequence and wait for its result (cancelled if the client goes away)."""
         fut = asyncio.get_running_loop().create_future()
         try:
             seq_id = self.engine.submit(prompt_ids, params, _future_callback(fut))
@@ -180,7 +201,7 @@ class Handlers:
         result = await _settled(fut, request, self.engine, seq_id)
         if isinstance(result, BaseException):
             raise HTTPError(503, str(result))
-        return self.response(body, prompt_ids, result)
+        return result
 
     def stream(self, body: CompletionRequest) -> EngineStreamResponse:
         """Submit with a per-token callback and answer Server-Sent Events; errors before the
@@ -331,6 +352,10 @@ def create_app(
         if body.stream:
             return h.stream(body)
         return await h.complete(body, request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: chat.ChatCompletionRequest, request: Request) -> Any:
+        return await h.chat(body, request)
 
     @app.get("/health")
     async def health() -> Any:
