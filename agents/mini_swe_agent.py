@@ -5,7 +5,10 @@ Messages: the system and instance prompts the scaffold rendered for the task, th
 assistant's reply (decoded from its completion ids, stop token removed; `extra.actions` holds
 the parsed command) and, when the turn had one, the observation as a user message
 (`extra.returncode`); the last message has role `exit` with `extra.exit_status` and
-`extra.submission` (the model patch). swefleet's token-level record stays in the swefleet file;
+`extra.submission` (the model patch). A chat trajectory (`agents.chat_record`) needs no
+tokenizer: its prompts are the system and user messages it sent, its replies the `content` the
+endpoint returned (native tool calls in `extra.tool_calls`); observations are user messages
+there too, whichever role they were sent with. swefleet's token-level record stays in the swefleet file;
 this export is for mini-swe-agent's tools (inspector, batch viewers) and other harnesses.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from swefleet.agents.chat_record import ChatTrajectory
 from swefleet.agents.config import AgentConfig
 
 from swefleet.types import EpisodeStatus, Task, Trajectory
@@ -33,17 +37,15 @@ EXIT_STATUS = {
 def to_mini_swe_agent(traj: Trajectory, task: Task, agent: AgentConfig,
                       decode: Callable[[list[int]], str] | None, model_name: str) -> dict:
     """The mini-swe-agent document of `traj`. `decode` turns completion ids into the reply text
-    (`agents.chat.ChatML.completion_text`); it may be None only for an episode without turns
-    (oracle, empty and predictions evals)."""
-    from swefleet.agents.scaffolds import make_scaffold
-
-    if traj.turns and decode is None:
+    (`agents.chat.ChatML.completion_text`); it may be None for a chat trajectory and for an
+    episode without turns (oracle, empty and predictions evals)."""
+    chat = isinstance(traj, ChatTrajectory)
+    if traj.turns and decode is None and not chat:
         raise ValueError(f"{traj.episode_id}: exporting turns needs the model's tokenizer")
-    scaffold = make_scaffold(agent)
-    messages = [{"role": "system", "content": scaffold.system_prompt(task)},
-                {"role": "user", "content": scaffold.instance_prompt(task)}]
+    messages = _prompt_messages(traj, task, agent)
     for turn in traj.turns:
-        messages.extend(_turn_messages(turn, decode))
+        text = (turn.reply.get("content") or "") if chat else decode(turn.completion_ids)
+        messages.extend(_turn_messages(turn, text))
     exit_status = EXIT_STATUS.get(traj.status, traj.status.value)
     messages.append({"role": "exit", "content": traj.reason or exit_status,
                      "extra": {"exit_status": exit_status, "submission": traj.model_patch,
@@ -52,7 +54,8 @@ def to_mini_swe_agent(traj: Trajectory, task: Task, agent: AgentConfig,
         "info": {
             "model_stats": {"instance_cost": 0.0, "api_calls": len(traj.turns)},
             "config": {"agent": agent.model_dump(mode="json"),
-                       "agent_type": "swefleet.agents.loop.run_episode",
+                       "agent_type": "swefleet.agents.chat_loop.run_chat_episode" if chat
+                       else "swefleet.agents.loop.run_episode",
                        "model": {"model_name": model_name}, "model_type": "swefleet"},
             "mini_version": "swefleet-export",
             "exit_status": exit_status,
@@ -67,11 +70,27 @@ def to_mini_swe_agent(traj: Trajectory, task: Task, agent: AgentConfig,
     }
 
 
-def _turn_messages(turn, decode) -> list[dict]:
-    reply = {"role": "assistant", "content": decode(turn.completion_ids),
+def _prompt_messages(traj: Trajectory, task: Task, agent: AgentConfig) -> list[dict]:
+    """The system and instance messages: those a chat trajectory sent, else the scaffold's."""
+    if isinstance(traj, ChatTrajectory) and traj.turns:
+        return [{"role": m["role"], "content": m.get("content") or ""}
+                for m in traj.turns[0].messages]
+    if isinstance(traj, ChatTrajectory):
+        from swefleet.agents.chat_scaffolds import make_chat_scaffold as make
+    else:
+        from swefleet.agents.scaffolds import make_scaffold as make
+    scaffold = make(agent)
+    return [{"role": "system", "content": scaffold.system_prompt(task)},
+            {"role": "user", "content": scaffold.instance_prompt(task)}]
+
+
+def _turn_messages(turn, text: str) -> list[dict]:
+    reply = {"role": "assistant", "content": text,
              "extra": {"actions": [{"command": turn.action}] if turn.action else [],
                        "cost": 0.0, "finish_reason": turn.finish_reason,
                        "policy_version": turn.policy_version, "latency_s": turn.latency_s}}
+    if tool_calls := getattr(turn, "reply", {}).get("tool_calls"):
+        reply["extra"]["tool_calls"] = tool_calls
     if not turn.observation:
         return [reply]
     observation = {"role": "user", "content": turn.observation,

@@ -6,7 +6,8 @@ mini-swe-agent`): an eval's kept trajectories in mini-swe-agent's batch layout:
     <dest>/attempt-<a>/...                          the same for attempt a >= 1 of `-k`
 
 The task set, agent config and tokenizer are the eval's (`eval_run.json`, `config.json`); the
-tokenizer is needed only for episodes with turns (`--agent model`).
+tokenizer is needed only for token episodes with turns (`--agent model`); chat episodes
+(`--api chat`) hold their messages and need none.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ def export_mini_swe_agent(out: Path, dest: Path | None = None, *,
     """Write every episode of the eval in `out` (its `episodes.jsonl`) to `dest` (default
     `<out>/mini-swe-agent`); returns `dest`."""
     from swefleet.agents.config import AgentConfig
-    from swefleet.agents.export import read_trajectory
     from swefleet.agents.mini_swe_agent import predictions_entry, to_mini_swe_agent
     from swefleet.envs.tasks import load_tasks
 
@@ -49,10 +49,11 @@ def export_mini_swe_agent(out: Path, dest: Path | None = None, *,
     if missing:
         log.warning("%d episode(s) have no kept trajectory, not exported: %s", len(missing),
                     ", ".join(missing[:5]))
-    trajs = [(a, read_trajectory(p)) for a, p in paths if p.is_file()]
+    trajs = [(a, _read(p)) for a, p in paths if p.is_file()]
     if not trajs:
         raise FileNotFoundError(f"{out}: no kept trajectories (trajectories/<id>/<attempt>.json)")
-    decode = _decoder(tokenizer_dir or meta.get("model", ""), any(t.turns for _, t in trajs))
+    own = meta.get("model", "") if meta.get("api", "tokens") == "tokens" else ""  # chat: a name
+    decode = _decoder(tokenizer_dir or own, any(_needs_tokenizer(t) for _, t in trajs))
     dest = dest or out / "mini-swe-agent"
     model = meta["model_name_or_path"]
     preds: dict[int, dict] = {}
@@ -65,6 +66,23 @@ def export_mini_swe_agent(out: Path, dest: Path | None = None, *,
         root = dest if attempt == 0 else dest / f"attempt-{attempt}"
         write_json_atomic(_mkdir(root) / "preds.json", dict(sorted(entries.items())))
     return dest
+
+
+def _read(path: Path):
+    """A kept trajectory: a `ChatTrajectory` when it was run through a chat endpoint."""
+    from swefleet.agents.chat_record import ChatTrajectory
+
+    from swefleet.types import Trajectory
+
+    data = json.loads(path.read_text())
+    cls = ChatTrajectory if data.get("api") == "chat" else Trajectory
+    return cls.model_validate(data)
+
+
+def _needs_tokenizer(traj) -> bool:
+    from swefleet.agents.chat_record import ChatTrajectory
+
+    return bool(traj.turns) and not isinstance(traj, ChatTrajectory)
 
 
 def _decoder(tokenizer_dir: str, needed: bool):
