@@ -1,0 +1,105 @@
+"""Backend parity: every task of a task set graded on Docker and on bwrap, verdicts compared.
+
+    python benchmarks/backend_parity.py --tasks envs/data/quickstart/tasks.jsonl
+                                        [--slice 0:10] [--hacks a,b] [--concurrency 2]
+
+For each task: the gold patch, the empty patch, and each technique of the hostile catalogue
+(`tests/integration/test_grading_hostile.py`, described in docs/tasks.md). A technique that
+edits package code is appended to the file the gold patch changes first (for the quickstart
+tasks, the catalogue's own `textkit/__init__.py` patch); its package name is put in for
+`textkit`. The cases are graded on one backend, then on the other (`envs/parity.py`).
+
+Prints a table (one row per case, the two verdicts) and, last, one JSON object: tasks, cases,
+agreements, disagreements (task, case, the fields that differ, both verdicts with reasons),
+seconds per backend. Exit status 1 when any case disagrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from swefleet.envs.gradelog import patch_paths
+from swefleet.envs.parity import Case, check_parity
+from swefleet.envs.tasks import load_tasks, prepare_task_images
+
+from swefleet.types import Task
+from tests.integration.test_envs_grading_docker import new_file_patch
+from tests.integration.test_grading_hostile import HACKS, Hack
+
+QUICKSTART_PACKAGE = "textkit"
+
+
+def image_file_text(task: Task, path: str) -> str:
+    """`path` of the task's repository as its image holds it (a throwaway container)."""
+    out = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "cat",
+                          task.image, f"{task.workdir}/{path}"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout
+
+
+def append_patch(old: str, path: str, code: str) -> str:
+    """A git-style diff appending `code` to `path` (whose text is `old`)."""
+    body = difflib.unified_diff(old.splitlines(True), (old + code).splitlines(True),
+                                f"a/{path}", f"b/{path}")
+    return f"diff --git a/{path} b/{path}\n" + "".join(body)
+
+
+def hostile_patch(hack: Hack, task: Task) -> str:
+    """The technique's patch for `task`: the catalogue's own on the quickstart package, else
+    its code appended to the gold patch's first source file, the package name put in."""
+    if task.repo.startswith(f"{QUICKSTART_PACKAGE}/"):
+        return hack.patch(task)
+    target = patch_paths(task.patch)[0]
+    package = target.split("/")[0].removesuffix(".py")
+    code = hack.code.replace(QUICKSTART_PACKAGE, package).lstrip("\n")
+    if hack.tests_init or hack.new_file:
+        return new_file_patch("tests/__init__.py" if hack.tests_init else hack.new_file, code)
+    return append_patch(image_file_text(task, target), target, "\n" + code)
+
+
+def cases_of(tasks: list[Task], hacks: list[Hack]) -> list[Case]:
+    cases = []
+    for task in tasks:
+        cases += [Case("gold", task, task.patch), Case("empty", task, "")]
+        cases += [Case(h.name, task, hostile_patch(h, task)) for h in hacks]
+    return cases
+
+
+def parse_slice(text: str) -> slice:
+    start, _, stop = text.partition(":")
+    return slice(int(start) if start else None, int(stop) if stop else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tasks", required=True, help="a task file (jsonl)")
+    p.add_argument("--slice", default=":", help="tasks START:STOP of the file (default: all)")
+    p.add_argument("--hacks", default="", help="comma-separated technique names (default: all)")
+    p.add_argument("--concurrency", type=int, default=2, help="grades at once per backend")
+    args = p.parse_args(argv)
+    names = [n for n in args.hacks.split(",") if n]
+    unknown = sorted(set(names) - {h.name for h in HACKS})
+    if unknown:
+        p.error(f"unknown technique(s): {', '.join(unknown)}; known: "
+                f"{', '.join(h.name for h in HACKS)}")
+    hacks = [h for h in HACKS if not names or h.name in names]
+    tasks = load_tasks(args.tasks)[parse_slice(args.slice)]
+    prepare_task_images(tasks, args.tasks)
+    report = check_parity(cases_of(tasks, hacks), f"parity-{uuid.uuid4().hex[:8]}",
+                          concurrency=args.concurrency)
+    print(report.table())
+    summary = report.summary()
+    print(json.dumps(summary))
+    return 1 if summary["disagreements"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

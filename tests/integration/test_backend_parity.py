@@ -1,0 +1,45 @@
+"""Backend parity: a verdict does not depend on the sandbox backend. Two quickstart tasks, the
+gold patch, the empty patch and three techniques of the hostile catalogue (one in-process, one
+exit-status game, one dropped start-up file) are graded on Docker and on bwrap: every verdict
+agrees, and each is the one the catalogue expects."""
+
+from __future__ import annotations
+
+import pytest
+from swefleet.envs.parity import BACKENDS, Case, check_parity
+
+from swefleet.types import GradeStatus
+from tests.integration.test_envs_grading_docker import RUN_ID, bundled_tasks, containers_of_run
+from tests.integration.test_grading_hostile import HACKS
+
+pytestmark = pytest.mark.integration
+
+TARGETS = ("textkit__textkit-1", "textkit__textkit-2")
+TECHNIQUES = ("report_rewrite", "exit_at_import", "runner_shadow")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _bwrap_usable():
+    from swefleet.envs.bwrap.box import BwrapMissing, check_tools
+
+    try:
+        check_tools()
+    except BwrapMissing as e:
+        pytest.skip(f"bwrap backend unavailable: {e}")
+
+
+def test_both_backends_give_every_case_the_same_verdict():
+    by_id = {t.instance_id: t for t in bundled_tasks()}
+    hacks = [h for h in HACKS if h.name in TECHNIQUES]
+    cases, expected = [], []
+    for task in (by_id[i] for i in TARGETS):
+        cases += [Case("gold", task, task.patch), Case("empty", task, "")]
+        expected += [GradeStatus.resolved, GradeStatus.unresolved]
+        cases += [Case(h.name, task, h.patch(task)) for h in hacks]
+        expected += [h.outcome for h in hacks]
+    report = check_parity(cases, RUN_ID)
+    assert report.summary()["disagreements"] == [], report.table()
+    for name in BACKENDS:
+        got = [v["status"] for v in report.verdicts[name]]
+        assert got == [s.value for s in expected], (name, report.table())
+    assert containers_of_run() == [], "grading left containers behind"
