@@ -1,8 +1,14 @@
-"""A classic fork bomb in a real Docker sandbox: the command ends with its processes (the bomb is
-killed with it, or every agent process and the shell when it reached the pids limit first) and
-the next command's output is its own, in this episode and in a fresh one; also where the shell
-cannot see its pids cgroup (cgroup v2 with the host's namespace, a masked sysfs), so only the
-fork failures in the output tell."""
+"""A classic fork bomb in a real sandbox, on both backends: the command ends with its processes
+(the bomb is killed with it, or every agent process and the shell when it reached the pids limit
+first) and the next command's output is its own, in this episode and in a fresh one; on Docker
+also where the shell cannot see its pids cgroup (cgroup v2 with the host's namespace, a masked
+sysfs), so only the fork failures in the output tell.
+
+The backends count and cap processes differently: Docker with the sandbox's pids cgroup (read
+here from inside), bwrap with an RLIMIT_NPROC counted per sandbox and no cgroup at all (the shell
+never sees one; the test counts the processes of the box's PID namespace from the host). The
+memory and CPU limits of `CFG` are cgroup caps on Docker, a per-process address-space limit and
+nothing on bwrap; the assertions rely on neither."""
 
 from __future__ import annotations
 
@@ -12,7 +18,8 @@ import uuid
 import pytest
 from swefleet.envs import shell
 from swefleet.envs.config import FarmConfig, SandboxLimits
-from swefleet.envs.sandbox import DockerSandbox
+
+from tests.integration.sandbox_backends import make_sandbox, require
 
 pytestmark = [pytest.mark.integration]
 RUN = f"test-forkbomb-{uuid.uuid4().hex[:8]}"
@@ -25,16 +32,9 @@ CFG = FarmConfig(
 CGROUP_PROBE = "for __sf_f in /sys/fs/cgroup/pids/pids /sys/fs/cgroup/pids; do"
 
 
-async def _make(task) -> DockerSandbox:
-    from swefleet.envs.containers import docker_client
-
-    return await DockerSandbox.create(
-        docker_client(), task.image, run_id=RUN, config=CFG, workdir=task.workdir,
-        instance_id=task.instance_id,
-    )
-
-
-async def _pids(box: DockerSandbox) -> int:
+async def _pids(box) -> int:
+    if hasattr(box, "box"):  # bwrap: the box's PID namespace
+        return box.box.process_count()
     r = await box.exec("cat /sys/fs/cgroup/pids.current 2>/dev/null || "
                        "cat /sys/fs/cgroup/pids/pids.current", timeout_s=10, user="0")
     return int(r.output.split()[0])
@@ -50,16 +50,19 @@ def test_fork_failures_are_recognised():
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("cgroup_visible", [True, False], ids=["cgroup", "no-cgroup"])
+@pytest.mark.parametrize(("backend", "cgroup_visible"),
+                         [("docker", True), ("docker", False), ("bwrap", False)],
+                         ids=["docker-cgroup", "docker-no-cgroup", "bwrap"])
 async def test_fork_bomb_then_echo_ok_in_the_same_and_a_fresh_episode(
-    envs_tiny_task, monkeypatch, cgroup_visible
+    envs_tiny_task, monkeypatch, backend, cgroup_visible
 ):
+    require(backend)
     assert CGROUP_PROBE in shell.BOOTSTRAP
     if not cgroup_visible:
         monkeypatch.setattr(
             shell, "BOOTSTRAP", shell.BOOTSTRAP.replace(CGROUP_PROBE, "for __sf_f in /none; do")
         )
-    async with await _make(envs_tiny_task) as box:
+    async with await make_sandbox(backend, envs_tiny_task, RUN, CFG) as box:
         await box.run("cd /tmp && export KEEP=1")
         await box.run(":(){ :|:& };:", timeout_s=5)  # backgrounds itself and ends at once:
         assert await _pids(box) < 10  # what it left running was killed with it
@@ -71,6 +74,6 @@ async def test_fork_bomb_then_echo_ok_in_the_same_and_a_fresh_episode(
         # the shell survives, unless the bomb reached the pids limit before it ended (a new one)
         assert r.exit_code == 0 and r.output.endswith(("1-/tmp\n", "-/testbed\n")), r
         assert r.output.endswith("1-/tmp\n") or box.session.restarts >= 1
-    async with await _make(envs_tiny_task) as fresh:
+    async with await make_sandbox(backend, envs_tiny_task, RUN, CFG) as fresh:
         r = await fresh.run("echo ok", timeout_s=10)
         assert r.output == "ok\n" and r.exit_code == 0

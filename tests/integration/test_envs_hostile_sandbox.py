@@ -1,6 +1,11 @@
-"""Hostile input to a real DockerSandbox: text that is not UTF-8 in files, paths and commands,
-huge files, a command that prints the shell's end marker. Each must give a clear result or
-error and leave the sandbox usable; nothing may be lost or replaced on the way."""
+"""Hostile input to a real sandbox, on both backends (Docker, bwrap): text that is not UTF-8 in
+files, paths and commands, huge files, a command that prints the shell's end marker. Each must
+give a clear result or error and leave the sandbox usable; nothing may be lost or replaced on
+the way.
+
+The limits differ between the backends: Docker caps the whole sandbox's memory and pids with a
+cgroup; bwrap sets per-process limits (`prlimit`: address space per process, processes per
+sandbox user) and has no whole-sandbox memory cap. Nothing here depends on those caps."""
 
 from __future__ import annotations
 
@@ -12,7 +17,9 @@ import pytest
 import pytest_asyncio
 from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.protocol import DiskBudgetExceeded, RepositoryBroken
-from swefleet.envs.sandbox import DockerSandbox, PatchTooLarge
+from swefleet.envs.sandbox import PatchTooLarge
+
+from tests.integration.sandbox_backends import BACKENDS, make_sandbox, require
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 RUN = f"test-hostile-{uuid.uuid4().hex[:8]}"
@@ -24,31 +31,30 @@ CFG = FarmConfig(
 )
 
 
-@pytest.fixture(scope="module")
-def client():
-    from swefleet.envs.containers import docker_client
-
-    return docker_client()
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request) -> str:
+    return require(request.param)
 
 
-async def _make(client, task) -> DockerSandbox:
-    return await DockerSandbox.create(
-        client, task.image, run_id=RUN, config=CFG, workdir=task.workdir,
-        instance_id=task.instance_id,
-    )
+async def _make(backend, task):
+    return await make_sandbox(backend, task, RUN, CFG)
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def sb(client, envs_tiny_task):
-    box = await _make(client, envs_tiny_task)
+async def sb(backend, envs_tiny_task):
+    box = await _make(backend, envs_tiny_task)
     yield box
     await box.close()
-    from swefleet.envs.reaper import leftover_containers
+    if backend == "docker":
+        from swefleet.envs.containers import docker_client
+        from swefleet.envs.reaper import leftover_containers
 
-    assert leftover_containers(client, RUN) == []
+        assert leftover_containers(docker_client(), RUN) == []
+    else:
+        assert not box.box.alive()
 
 
-async def test_diff_keeps_bytes_that_are_not_utf8(client, envs_tiny_task, sb):
+async def test_diff_keeps_bytes_that_are_not_utf8(backend, envs_tiny_task, sb):
     """A Latin-1 file (new or changed) used to come back with U+FFFD in the patch, which then
     did not apply or wrote other bytes."""
     latin = b"caf\xe9 = 1\n"
@@ -59,7 +65,7 @@ async def test_diff_keeps_bytes_that_are_not_utf8(client, envs_tiny_task, sb):
     patch = await sb.diff()
     assert "\ufffd" not in patch and "GIT binary patch" in patch
     assert "+    return a + b" not in patch  # calc.py (now Latin-1) is binary too
-    async with await _make(client, envs_tiny_task) as fresh:
+    async with await _make(backend, envs_tiny_task) as fresh:
         applied = await fresh.apply_patch(patch)
         assert applied.exit_code == 0, applied.output
         assert await fresh.read_file("latin.py") == latin
@@ -71,9 +77,9 @@ async def test_diff_keeps_bytes_that_are_not_utf8(client, envs_tiny_task, sb):
     await sb.run("git checkout -q -- .")
 
 
-async def test_reading_a_file_over_the_limit_is_refused_unread(client, envs_tiny_task):
+async def test_reading_a_file_over_the_limit_is_refused_unread(backend, envs_tiny_task):
     """Before: a 1 GB file was read whole into the orchestrator's memory (several copies)."""
-    box = await _make(client, envs_tiny_task)
+    box = await _make(backend, envs_tiny_task)
     try:
         await box.run("head -c 8000000 /dev/zero > big.bin && ln -sf big.bin link.bin")
         for name in ("big.bin", "link.bin"):
@@ -127,10 +133,10 @@ async def test_a_patch_of_huge_files_is_refused_before_git_reads_them(sb):
     assert await sb.diff() == ""
 
 
-async def test_an_agent_that_removes_git_gets_no_patch_not_an_infra_error(client, envs_tiny_task):
+async def test_an_agent_that_removes_git_gets_no_patch_not_an_infra_error(backend, envs_tiny_task):
     """`rm -rf .git` (or a corrupted one) used to make `diff()` raise InfraError: the episode
     was masked as an infrastructure failure, an escape from reward 0 a policy could learn."""
-    box = await _make(client, envs_tiny_task)
+    box = await _make(backend, envs_tiny_task)
     try:
         await box.run("printf 'garbage' > .git/HEAD")
         with pytest.raises(RepositoryBroken, match="git diff failed"):
