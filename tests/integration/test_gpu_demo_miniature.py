@@ -54,7 +54,7 @@ def test_gpu_demo_flow_runs_on_cpu(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "swefleet", "demo", "--config", str(config),
                            "--output-dir", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=1200)
+                          timeout=1200, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
     assert (out / "sft" / "weights" / "v000003").is_dir()

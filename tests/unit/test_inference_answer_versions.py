@@ -3,7 +3,6 @@ embedded engine) is believed; a vLLM answer, whose server may load new weights w
 is in flight, is labelled by the version the server had when the request was sent."""
 
 import pytest
-
 from swefleet.inference.fleet_answer import answer_versions
 from swefleet.inference.routing import ServerState
 from swefleet.inference.wire import CompletionResponse
