@@ -24,7 +24,7 @@ from swefleet.agents.chat_record import ChatTrajectory, ChatTurn
 from swefleet.agents.chat_scaffolds import make_chat_scaffold
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.loop import _End, _Episode, drive_episode
-from swefleet.agents.protocol import FormatError
+from swefleet.agents.protocol import Action
 from swefleet.envs.protocol import Sandbox
 from swefleet.inference.chat_client import ChatClient, ChatReply
 
@@ -128,22 +128,11 @@ class _ChatEpisode(_Episode):
         self.pending = []
         return turn
 
-    async def act(self, turn: ChatTurn) -> None:  # type: ignore[override]
-        """Parse the reply, carry out its action, and queue the messages answering it."""
+    def parse_action(self, turn: ChatTurn) -> Action:  # type: ignore[override]
+        """The reply's action (its text, or its native tool call); FormatError if malformed.
+        `act` (the token loop's) then carries it out and queues the answering messages."""
         assert self.reply is not None
-        try:
-            action = self.scaffold.parse_reply(self.reply)
-        except FormatError as error:
-            self.format_error(turn, error)
-            return
-        self.format_errors = 0
-        turn.action = action.describe()
-        if action.submit:
-            raise _End(EpisodeStatus.unresolved, "submitted")
-        observation = await self.execute(turn, action)
-        self.observe(turn, observation.text, observation.truncated_chars)
-        if observation.submitted:
-            raise _End(EpisodeStatus.unresolved, "submitted")
+        return self.scaffold.parse_reply(self.reply)
 
     def observe(self, turn: ChatTurn, text: str, truncated_chars: int = 0) -> None:  # type: ignore[override]
         assert self.reply is not None

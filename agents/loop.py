@@ -222,13 +222,17 @@ class _Episode:
         self.context, self.pending = [], fresh
         return True
 
+    def parse_action(self, turn: Turn) -> Action:
+        """The turn's action; FormatError for a malformed reply."""
+        if not self.chat.completion_is_utf8(turn.completion_ids):
+            raise FormatError(UNDECODABLE)
+        text = self.chat.completion_text(turn.completion_ids)
+        return self.scaffold.parse_action(text, turn.finish_reason)
+
     async def act(self, turn: Turn) -> None:
         """Parse the reply, carry out its action, and queue the observation delta."""
-        text = self.chat.completion_text(turn.completion_ids)
         try:
-            if not self.chat.completion_is_utf8(turn.completion_ids):
-                raise FormatError(UNDECODABLE)
-            action = self.scaffold.parse_action(text, turn.finish_reason)
+            action = self.parse_action(turn)
         except FormatError as error:
             self.format_error(turn, error)
             return
