@@ -9,6 +9,7 @@ import pytest
 from swefleet.envs.parity import BACKENDS, Case, check_parity
 
 from swefleet.types import GradeStatus
+from tests.integration.sandbox_backends import require
 from tests.integration.test_envs_grading_docker import RUN_ID, bundled_tasks, containers_of_run
 from tests.integration.test_grading_hostile import HACKS
 
@@ -20,12 +21,7 @@ TECHNIQUES = ("report_rewrite", "exit_at_import", "runner_shadow")
 
 @pytest.fixture(scope="module", autouse=True)
 def _bwrap_usable():
-    from swefleet.envs.bwrap.box import BwrapMissing, check_tools
-
-    try:
-        check_tools()
-    except BwrapMissing as e:
-        pytest.skip(f"bwrap backend unavailable: {e}")
+    require("bwrap")
 
 
 def test_both_backends_give_every_case_the_same_verdict():

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from swefleet.envs.config import FarmConfig, SandboxLimits
 
+from tests.integration.sandbox_backends import require
+
 pytestmark = [pytest.mark.integration]
 REPO = Path(__file__).resolve().parents[2]
 RUN = f"test-bwrap-{uuid.uuid4().hex[:8]}"
@@ -32,12 +34,7 @@ CFG = FarmConfig(
 
 @pytest.fixture(scope="module", autouse=True)
 def _bwrap_usable():
-    from swefleet.envs.bwrap.box import BwrapMissing, check_tools
-
-    try:
-        check_tools()
-    except BwrapMissing as e:
-        pytest.skip(f"bwrap backend unavailable: {e}")
+    require("bwrap")
 
 
 async def _make(task, config: FarmConfig = CFG):

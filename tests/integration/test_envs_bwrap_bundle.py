@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.sandbox_backends import require
+
 pytestmark = [pytest.mark.integration]
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "envs/data/quickstart/tasks.jsonl"
@@ -24,12 +26,7 @@ N_TASKS = 1
 @pytest.fixture(scope="module")
 def no_docker_env(tmp_path_factory):
     """Environment of a machine without a Docker engine (a stub `docker` that fails)."""
-    from swefleet.envs.bwrap.box import BwrapMissing, check_tools
-
-    try:
-        check_tools()
-    except BwrapMissing as e:
-        pytest.skip(f"bwrap backend unavailable: {e}")
+    require("bwrap")
     stub = tmp_path_factory.mktemp("nodocker")
     (stub / "docker").write_text(f"#!/bin/sh\necho \"$@\" >> {stub}/calls\n"
                                  "echo 'Cannot connect to the Docker daemon' >&2\nexit 1\n")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.sandbox_backends import require
+
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SWEFLEET = str(Path(sys.executable).with_name("swefleet"))
@@ -138,17 +140,8 @@ def test_bad_input_is_one_line_and_exit_2(run_dir, tmp_path):
         assert "restored" not in done.stdout
 
 
-def _need_bwrap() -> None:
-    from swefleet.envs.bwrap.box import BwrapMissing, check_tools
-
-    try:
-        check_tools()
-    except BwrapMissing as e:
-        pytest.skip(f"bwrap backend unavailable: {e}")
-
-
 def test_restore_on_bwrap(run_dir, tmp_path):
-    _need_bwrap()
+    require("bwrap")
     ep = _episodes(run_dir)[1]
     out = tmp_path / "restore.json"
     done = _replay(run_dir, "--episode", ep["episode_id"], "--backend", "bwrap", "--no-shell",
@@ -163,7 +156,7 @@ def test_restore_on_bwrap(run_dir, tmp_path):
 @pytest.mark.parametrize("backend", ["docker", "bwrap"])
 def test_interactive_shell_is_in_the_restored_workdir(run_dir, backend):
     if backend == "bwrap":
-        _need_bwrap()
+        require("bwrap")
     ep = _episodes(run_dir)[0]["episode_id"]
     command = f"{SWEFLEET} replay {run_dir} --episode {ep} --turn 0 --backend {backend}"
     proc = subprocess.Popen(["script", "-qec", command, "/dev/null"], stdin=subprocess.PIPE,

@@ -19,8 +19,13 @@ REPO = Path(__file__).resolve().parents[2]
 def imported_modules(path: Path) -> set[str]:
     """Every module an `import`/`from ... import` statement in `path` names, at any depth
     (imports inside functions count: they are the same dependency, only later)."""
+    return imports_in(ast.parse(path.read_text(), str(path)))
+
+
+def imports_in(tree: ast.AST) -> set[str]:
+    """The modules the `import` statements of `tree` name (absolute imports)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -79,14 +84,7 @@ def runtime_imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             node.body = []
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+    return imports_in(tree)
 
 
 def app_graph(imports=imported_modules) -> dict[str, set[str]]:
