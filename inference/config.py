@@ -166,13 +166,16 @@ class InferenceConfig(BaseModel):
     abort_on_update: bool = False
     """Abort in-flight requests when weights change (they end `stale`); False keeps decoding them
     with the new weights on top of the old KV cache, as prime-rl's `pause(mode="keep")`."""
-    weight_sync: Literal["filesystem", "nccl"] = "filesystem"
+    weight_sync: Literal["filesystem", "nccl", "shared_memory"] = "filesystem"
     """How new weights reach the servers. `filesystem`: the trainer exports every version as an
     HF directory and each server loads it. `nccl`: the trainer broadcasts every version to all
     server workers over a process group of its own (NCCL on GPUs, gloo on CPU; vLLM servers
     through vLLM's weight-transfer engine), announced by a small `weights/vNNNNNN.nccl.json`
     marker; directories are still exported every `trainer.checkpoint_every` steps and at the
-    end, for resume (`swefleet/weight_transfer.py`)."""
+    end, for resume (`swefleet/weight_transfer.py`). `shared_memory`: the trainer copies every
+    version into one buffer that the servers on its host map (CUDA IPC when the trainer is on a
+    GPU, a shared-memory file on CPU) and each server copies it in; no file, no group
+    (`swefleet/shared_weights.py`); launched servers only, announced by the same markers."""
     weight_sync_host: str = "127.0.0.1"
     """`nccl`: the address the trainer's rendezvous store listens on and the workers connect to
     (the trainer's host, reachable from every server)."""
@@ -260,6 +263,9 @@ class InferenceConfig(BaseModel):
                              "so router replay would get none; set stream = false")
         if kind == "external":
             _check_external(self)
+            if self.weight_sync == "shared_memory":
+                raise ValueError("weight_sync='shared_memory' needs servers this run launches on "
+                                 "the trainer's host (kind 'embedded' or 'vllm'), not external")
             return self
         if self.servers:
             raise ValueError(f"servers lists running servers (kind 'external'); kind={kind!r} "

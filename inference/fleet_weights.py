@@ -1,6 +1,8 @@
 """Weight updates over the fleet: loading a checkpoint directory on every server (the swefleet
 `/update_weights` route, or vLLM 0.26's dev routes: pause, `collective_rpc`, resume; see
-`server_api`, docs/vllm.md), or the trainer's NCCL broadcast (`inference/weight_sync.py`)."""
+`server_api`, docs/vllm.md), the trainer's NCCL broadcast (`inference/weight_sync.py`), or a
+copy from the trainer's shared buffer (`/load_shared_weights`, or the vLLM worker extension's
+`update_weights_from_shared`; `swefleet/shared_weights.py`)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,14 @@ from swefleet.inference.transport import Response, Transport
 from swefleet.inference.weight_sync import BroadcastSync, WeightSyncError
 from swefleet.inference.wire import UpdateWeightsResponse
 
-from swefleet.weight_transfer import TransferGroup, is_marker, read_marker
+from swefleet.rundir import write_text_atomic
+from swefleet.weight_transfer import (
+    BroadcastMarker,
+    TransferGroup,
+    ack_path,
+    is_marker,
+    read_marker,
+)
 
 
 class WeightUpdateError(RuntimeError):
@@ -40,6 +49,9 @@ class WeightUpdater:
             marker = await asyncio.to_thread(read_marker, path)
             if marker.version != version:
                 raise WeightUpdateError(f"{path} announces v{marker.version}, not v{version}")
+            if marker.shared is not None:
+                await self._share_everywhere(targets, marker, Path(path), abort)
+                return
             if marker.path is None:
                 self.pool.totals["weight_updates"] += 1
                 try:
@@ -65,6 +77,34 @@ class WeightUpdater:
                 f"update to v{version} failed on {len(errors)} server(s): " + "; ".join(errors)
             )
 
+    async def _share_everywhere(self, targets: list[ServerState], marker: BroadcastMarker,
+                                path: Path, abort: bool) -> None:
+        """Every server copies the version from the trainer's shared buffer; then the trainer
+        may reuse the buffer (`ack_path`), whatever the outcome (the readers are done)."""
+        try:
+            async with asyncio.timeout(self.cfg.update_timeout_s):
+                results = await asyncio.gather(
+                    *(self.share_one(s, marker, abort) for s in targets), return_exceptions=True)
+        finally:
+            await asyncio.to_thread(write_text_atomic, ack_path(path.parent, marker.version), "")
+        errors = [f"{s.url}: {r!r}" for s, r in zip(targets, results)
+                  if isinstance(r, BaseException)]
+        self.pool.totals["weight_updates"] += 1
+        if errors:
+            raise WeightUpdateError(f"shared update to v{marker.version} failed on "
+                                    f"{len(errors)} server(s): " + "; ".join(errors))
+
+    async def share_one(self, server: ServerState, marker: BroadcastMarker, abort: bool) -> None:
+        """One server copies `marker`'s version from the shared buffer."""
+        version = marker.version
+        if self.cfg.server_api == "vllm":
+            rpc = ("update_weights_from_shared", [marker.model_dump_json(), str(version)])
+            await self._vllm_rpc(server, version, abort, *rpc)
+            return
+        body = {"version": version, "abort_in_flight": abort,
+                "marker": marker.model_dump(mode="json")}
+        await self._post_update(server, "/load_shared_weights", body, version)
+
     async def world_size(self) -> int:
         """See `FleetClient.weight_sync_world_size`."""
         try:
@@ -86,8 +126,12 @@ class WeightUpdater:
             await self._update_vllm(server, version, path, abort, timeout_s)
             return
         body = {"path": path, "version": version, "abort_in_flight": abort}
+        await self._post_update(server, "/update_weights", body, version)
+
+    async def _post_update(self, server: ServerState, route: str, body: dict, version: int) -> None:
+        """An embedded server's update route; it answers the version it serves now."""
         resp = await self.transport.post(
-            f"{server.url}/update_weights", json=body, timeout_s=timeout_s
+            f"{server.url}{route}", json=body, timeout_s=self.cfg.update_timeout_s
         )
         if resp.status_code != 200:
             raise WeightUpdateError(f"{server.url}: HTTP {resp.status_code} {resp.text[:300]}")
@@ -99,9 +143,16 @@ class WeightUpdater:
     async def _update_vllm(
         self, server: ServerState, version: int, path: str, abort: bool, timeout_s: float
     ) -> None:
+        """vLLM 0.26: the worker extension's `update_weights_from_path` on every worker."""
+        await self._vllm_rpc(server, version, abort, "update_weights_from_path",
+                             [path, str(version)], timeout_s)
+
+    async def _vllm_rpc(self, server: ServerState, version: int, abort: bool, method: str,
+                        args: list[str], timeout_s: float | None = None) -> None:
         """vLLM 0.26 dev routes: pause (keep or abort in-flight requests), run the worker
-        extension's `update_weights_from_path` on every worker, resume (always)."""
+        extension's `method` on every worker (it answers the version), resume (always)."""
         url = server.url
+        timeout_s = timeout_s or self.cfg.update_timeout_s
 
         async def post(route: str, **kwargs) -> Response:
             resp = await self.transport.post(f"{url}{route}", timeout_s=timeout_s, **kwargs)
@@ -112,8 +163,8 @@ class WeightUpdater:
         await post("/pause", params={"mode": "abort" if abort else "keep"})
         try:
             rpc = {
-                "method": "update_weights_from_path",
-                "args": [path, str(version)],  # the route passes strings only
+                "method": method,
+                "args": args,  # the route passes strings only
                 "timeout": self.cfg.update_timeout_s,
             }
             results = (await post("/collective_rpc", json=rpc)).json().get("results")

@@ -10,6 +10,9 @@ rank) through `collective_rpc`. Over HTTP that is vLLM's own dev route (served w
         -> {"results": [7, 7, ...]}                       (one per worker)
     POST /resume
 
+or, with `weight_sync = "shared_memory"`, `update_weights_from_shared` with the version's
+marker (JSON): the weights are copied from the trainer's CUDA IPC buffer, mapped once.
+
 `/collective_rpc` passes args as strings only (security rule of the route), so `version` may
 arrive as "7". The reload itself is vLLM's `Worker.reload_weights(weights_path=...)`: it streams
 the HF checkpoint through the model's own `load_weights` (layer-wise, re-quantising FP8 layers),
@@ -39,6 +42,27 @@ class SwefleetWorkerExtension:
         self._swefleet_last_load_s = time.monotonic() - t0
         return target
 
+    def update_weights_from_shared(self, marker_json: str, version: int | str) -> int:
+        """Copy every weight from the trainer's shared buffer (CUDA IPC, mapped once; the
+        marker `swefleet.weight_transfer.BroadcastMarker` describes it) and serve `version`."""
+        from swefleet.shared_weights import open_buffer, views
+        from swefleet.weight_transfer import BroadcastMarker
+
+        marker = BroadcastMarker.model_validate_json(marker_json)
+        assert marker.shared is not None and marker.update_info is not None
+        target = int(version)
+        t0 = time.monotonic()
+        key = marker.shared.model_dump_json(exclude={"offsets"})
+        if getattr(self, "_swefleet_shared_key", None) != key:
+            self._swefleet_shared = open_buffer(marker.shared, getattr(self, "device", None))
+            self._swefleet_shared_key = key
+        tensors = views(self._swefleet_shared, marker.update_info, marker.shared)
+        self.reload_weights(weights_iterator=iter(tensors), is_checkpoint_format=True)
+        _synchronize()
+        self._swefleet_version = target
+        self._swefleet_last_load_s = time.monotonic() - t0
+        return target
+
     def policy_version(self) -> int:
         """Version of the weights this worker serves (0 until the first update)."""
         return self._swefleet_version
@@ -49,3 +73,10 @@ class SwefleetWorkerExtension:
 
     # provided by vLLM's Worker; declared for readers and type checkers
     reload_weights: Any
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()

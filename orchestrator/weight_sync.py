@@ -1,4 +1,5 @@
-"""Weight sync by broadcast seen from the orchestrator (`inference.weight_sync = "nccl"`).
+"""Weight sync by broadcast seen from the orchestrator (`inference.weight_sync = "nccl"`; the
+in-memory hand-off, `"shared_memory"`, needs no group: only its job section comes from here).
 
 The orchestrator sizes the weight-transfer group from the fleet (1 + every server's workers),
 picks the rendezvous address and port, and hands them to the trainer in its job
@@ -43,13 +44,18 @@ async def weight_sync_job(
     versions are published as directories. A group epoch announced by an earlier run of the
     directory is forgotten: this run's group is a new one."""
     (run_dir.weights / GROUP_FILE).unlink(missing_ok=True)
-    if inference.weight_sync != "nccl":
+    if inference.weight_sync == "filesystem":
         return None
     vllm = inference.server_api == "vllm"
     cuda = vllm or inference.device.startswith("cuda")
     if cuda and trainer_device == "cpu":
-        raise ValueError("weight_sync='nccl' with GPU servers needs the trainer on a GPU "
-                         "(trainer.device cpu): use weight_sync='filesystem'")
+        raise ValueError(f"weight_sync={inference.weight_sync!r} with GPU servers needs the "
+                         "trainer on a GPU (trainer.device cpu): use weight_sync='filesystem'")
+    if inference.weight_sync == "shared_memory":
+        if trainer_device != "cpu" and not cuda:
+            raise ValueError("weight_sync='shared_memory' with the trainer on a GPU needs the "
+                             "servers on GPUs too (inference.device is cpu)")
+        return {"shared": True, "ack_timeout_s": inference.update_timeout_s}
     group = TransferGroup(
         master_address=inference.weight_sync_host,
         master_port=inference.weight_sync_port or free_port(inference.weight_sync_host),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,6 +92,22 @@ class UpdateInfo(BaseModel):
         return sum(self.sizes())
 
 
+class SharedBuffer(BaseModel):
+    """Where the buffer is and how each tensor lies in it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["cuda_ipc", "file"]
+    """CUDA IPC handle of a device allocation, or a shared-memory file."""
+    total_bytes: int = Field(gt=0)
+    offsets: list[int]
+    """Byte offset of each tensor of the update (in `UpdateInfo.names` order)."""
+    path: str | None = None
+    """`file`: the mapped file."""
+    cuda: dict[str, Any] | None = None
+    """`cuda_ipc`: the arguments of torch's `rebuild_cuda_tensor` (bytes as base64)."""
+
+
 class BroadcastMarker(BaseModel):
     """`weights/v{version:06d}.nccl.json`: the trainer publishes `version`."""
 
@@ -104,6 +120,9 @@ class BroadcastMarker(BaseModel):
     path: str | None = None
     """Set when the version is (also) a weights directory: its name next to the marker; the
     fleet loads it from the filesystem and nothing is broadcast."""
+    shared: SharedBuffer | None = None
+    """Set when the version is handed over in memory (`weight_sync = "shared_memory"`,
+    `swefleet/shared_weights.py`): the servers copy it from this buffer; no group."""
 
 
 def dtype_bytes(name: str) -> int:
@@ -125,6 +144,12 @@ def packed_chunks(sizes: list[int], buffer_bytes: int) -> list[range]:
     if start < len(sizes):
         chunks.append(range(start, len(sizes)))
     return chunks
+
+
+def ack_path(weights_dir: str | Path, version: int) -> Path:
+    """Written once every server took `version` from the shared buffer: the trainer may then
+    write the next version into it."""
+    return Path(weights_dir) / f"v{version:06d}.loaded"
 
 
 def marker_path(weights_dir: str | Path, version: int) -> Path:

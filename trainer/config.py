@@ -207,11 +207,24 @@ class WeightSyncJob(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    group: TransferGroup
-    """The weight-transfer group: the trainer is rank 0 and hosts its rendezvous store."""
+    group: TransferGroup | None = None
+    """The weight-transfer group: the trainer is rank 0 and hosts its rendezvous store (None
+    with `shared`)."""
+    shared: bool = False
+    """Hand versions over in memory instead (`inference.weight_sync = "shared_memory"`,
+    `trainer/weight_share.py`): one buffer the servers map, CUDA IPC on a GPU."""
+    ack_timeout_s: float = Field(600.0, gt=0)
+    """`shared`: how long the trainer waits for every server to have taken the previous version
+    before it overwrites the buffer with the next one."""
     bucket_mb: int = Field(1024, gt=0)
     """Tensors are packed into broadcast buckets of about this many MiB (the most the trainer
     and each receiver hold at once beyond the weights; vLLM's default is 1024)."""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> WeightSyncJob:
+        if (self.group is None) != self.shared:
+            raise ValueError("weight_sync: a broadcast group, or shared = true (not both)")
+        return self
 
 
 class TrainerJob(BaseModel):

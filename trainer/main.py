@@ -289,6 +289,8 @@ def _export_on_stop(job: TrainerJob, policy, version: int, broadcaster, exporter
     if broadcaster is not None and version > job.start_version and not out.exists():
         exporter.export(policy, out, {"version": version, "step": version - 1},
                         shard_bytes=int(job.trainer.export_shard_mb * 2**20))
+    if broadcaster is not None:
+        broadcaster.close()
     exporter.close()
 
 

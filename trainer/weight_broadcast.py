@@ -87,6 +87,12 @@ class WeightBroadcaster:
         if job.weight_sync is None:
             return None
         end = None if job.max_steps is None else job.start_version + job.max_steps
+        if job.weight_sync.shared:
+            from swefleet.trainer.weight_share import WeightSharer
+
+            return WeightSharer(job.weights_dir, rank, ack_timeout_s=job.weight_sync.ack_timeout_s,
+                                export_every=job.trainer.checkpoint_every, last_version=end,
+                                published_through=published_through)
         return cls(job.weight_sync.group, job.weight_sync.bucket_mb << 20, job.weights_dir,
                    rank, export_every=job.trainer.checkpoint_every, last_version=end,
                    published_through=published_through)

@@ -13,7 +13,8 @@ messages: `inference/engine/chat.py`), GET /v1/models,
 POST /tokenize, GET /health (policy_version), GET /metrics (Prometheus text),
 POST /update_weights {"path", "version", "abort_in_flight"}; weight sync by broadcast
 (`nccl_receiver.py`): GET /get_world_size, POST /init_weight_transfer_engine {"init_info"},
-POST /receive_weights {"version", "abort_in_flight", "update_info"}.
+POST /receive_weights {"version", "abort_in_flight", "update_info"}; the in-memory hand-off
+(`shared_receiver.py`): POST /load_shared_weights {"version", "abort_in_flight", "marker"}.
 
 Model names, as vLLM: the server serves the names /v1/models lists (`served_model_names`, one
 or more; default: the checkpoint directory's name), answers with the first, and refuses any
@@ -52,6 +53,7 @@ from swefleet.inference.engine.nccl_receiver import (
     WeightReceiver,
 )
 from swefleet.inference.engine.settings import EngineSettings
+from swefleet.inference.engine.shared_receiver import SharedReader, SharedRequest
 from swefleet.inference.engine.stream import (
     ChunkWriter,
     EngineStreamResponse,
@@ -138,6 +140,7 @@ class Handlers:
         """The name answers carry (vLLM: the first served name)."""
         self.update_lock = asyncio.Lock()
         self.receiver = WeightReceiver(loaded.model)
+        self.shared = SharedReader(loaded.model)
 
     def check_model(self, model: str | None) -> None:
         """vLLM's check: no model is the served one; an unknown one is 404 NotFoundError."""
@@ -309,6 +312,15 @@ class Handlers:
                 raise HTTPError(504, str(exc)) from exc
             return await self._apply(staged, body.version, body.abort_in_flight)
 
+    async def load_shared(self, body: SharedRequest) -> UpdateWeightsResponse:
+        """Copy the version in the trainer's shared buffer, then serve it."""
+        async with self.update_lock:
+            try:
+                staged = await asyncio.to_thread(self.shared.stage, body.marker)
+            except (FileNotFoundError, ValueError, RuntimeError) as exc:
+                raise HTTPError(400, f"cannot load shared weights: {exc}") from exc
+            return await self._apply(staged, body.version, body.abort_in_flight)
+
     async def _apply(
         self, staged: StagedWeights, version: int, abort: bool
     ) -> UpdateWeightsResponse:
@@ -383,6 +395,10 @@ def create_app(
     @app.post("/receive_weights")
     async def receive_weights(body: ReceiveRequest) -> UpdateWeightsResponse:
         return await h.receive_weights(body)
+
+    @app.post("/load_shared_weights")
+    async def load_shared_weights(body: SharedRequest) -> UpdateWeightsResponse:
+        return await h.load_shared(body)
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> TokenizeResponse:

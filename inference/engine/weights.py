@@ -77,6 +77,14 @@ def _match(model: Any, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tens
     return staged
 
 
+def match_names(model: Any, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`tensors` keyed by the model's parameter names; ValueError when they do not line up."""
+    staged = _match(model, tensors)
+    if staged is None:
+        raise ValueError("parameter names do not match the served model")
+    return staged
+
+
 def read_weights(model: Any, path: str | Path) -> StagedWeights:
     """Read and validate a checkpoint directory against `model` (no change to the model)."""
     t0 = time.monotonic()
