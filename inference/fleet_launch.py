@@ -143,7 +143,7 @@ class ServerFleet:
             gpu_memory_utilization=spec.gpu_memory_fraction or 0.9,
         )
         argv, profile_env = serve_command(profile, self.ports[i], executable=cfg.vllm.executable)
-        env = launch_env(profile_env, cfg.vllm.env, spec.gpus)
+        env = launch_env(profile_env, cfg.vllm.env, spec.gpus, cfg.vllm.bytecode_cache)
         return spawn_server(
             argv,
             host=cfg.host,

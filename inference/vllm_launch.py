@@ -211,6 +211,14 @@ class VLLMLaunch(VLLMEngineArgs):
     """The `vllm` command; empty: `vllm` next to this Python interpreter, else on PATH."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment of every server (over the process's own and the launch defaults)."""
+    bytecode_cache: str = "auto"
+    """Where the servers' Python keeps its compiled bytecode when the environment forbids
+    writing it next to the sources (`PYTHONDONTWRITEBYTECODE`, set in many container images,
+    which also ship without `.pyc` files): without a cache every start and restart of `vllm
+    serve` compiles vLLM's, torch's and transformers' Python again in each of its processes
+    (tens of seconds). `auto`: `~/.cache/swefleet/pycache` (`PYTHONPYCACHEPREFIX`) when
+    `PYTHONDONTWRITEBYTECODE` is set, nothing otherwise; a path: always that directory; empty:
+    never."""
 
 
 def _rope_override(cfg: VLLMConfig) -> dict:
@@ -347,7 +355,7 @@ def launch_profile(
     gpu_memory_utilization: float,
 ) -> VLLMConfig:
     """The profile of one launched server: `launch`'s engine settings on `model`."""
-    engine = launch.model_dump(exclude={"executable", "env"})
+    engine = launch.model_dump(exclude={"executable", "env", "bytecode_cache"})
     return VLLMConfig(
         model=str(model),
         served_model_name=served_model_name,
@@ -358,17 +366,31 @@ def launch_profile(
 
 
 def launch_env(
-    profile_env: dict[str, str], extra: dict[str, str], gpus: Sequence[int]
+    profile_env: dict[str, str], extra: dict[str, str], gpus: Sequence[int],
+    bytecode_cache: str = "",
 ) -> dict[str, str]:
     """Full environment of a launched server: this process's, the profile's, `extra`
-    (`inference.vllm.env`), its GPUs (CUDA_VISIBLE_DEVICES; none: inherited) and the
-    `LAUNCH_ENV_DEFAULTS` where nothing above set them."""
+    (`inference.vllm.env`), its GPUs (CUDA_VISIBLE_DEVICES; none: inherited), the
+    `LAUNCH_ENV_DEFAULTS` where nothing above set them, and the bytecode cache
+    (`VLLMLaunch.bytecode_cache`)."""
     env = {**os.environ, **profile_env, **extra}
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     for key, value in LAUNCH_ENV_DEFAULTS.items():
         env.setdefault(key, value)
+    if cache := bytecode_cache_dir(bytecode_cache, env):
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.setdefault("PYTHONPYCACHEPREFIX", cache)
     return env
+
+
+def bytecode_cache_dir(setting: str, env: dict[str, str]) -> str | None:
+    """The directory `bytecode_cache = setting` gives under `env`, or None for no cache."""
+    if setting == "auto":
+        if not env.get("PYTHONDONTWRITEBYTECODE"):
+            return None
+        setting = str(Path.home() / ".cache" / "swefleet" / "pycache")
+    return setting or None
 
 
 def missing_executable(executable: str) -> str | None:

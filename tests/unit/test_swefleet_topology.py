@@ -174,6 +174,30 @@ def test_launched_vllm_command_and_environment(monkeypatch):
     assert launch_env({}, {}, ())["CUDA_VISIBLE_DEVICES"] == "7"  # no gpus: inherited
 
 
+def test_servers_keep_bytecode_where_the_environment_forbids_writing_it(tmp_path, monkeypatch):
+    """`bytecode_cache = "auto"` under PYTHONDONTWRITEBYTECODE: the server's Python compiles a
+    module once into the cache and later starts reuse it; without the variable: no change."""
+    import subprocess
+    import sys
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "served_module.py").write_text("VALUE = 7\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = launch_env({}, {"PYTHONPATH": str(tmp_path / "src")}, (), "auto")
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    cache = tmp_path / "home" / ".cache" / "swefleet" / "pycache"
+    assert env["PYTHONPYCACHEPREFIX"] == str(cache)
+    subprocess.run([sys.executable, "-c", "import served_module"], env=env, check=True)
+    assert list(cache.rglob("served_module*.pyc"))  # compiled once, kept for the next start
+    assert not (tmp_path / "src" / "__pycache__").exists()  # nothing next to the sources
+    assert "PYTHONPYCACHEPREFIX" not in launch_env({}, {}, (), "")  # "": never
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    assert "PYTHONPYCACHEPREFIX" not in launch_env({}, {}, (), "auto")  # bytecode is written
+    assert launch_env({}, {}, (), "/c")["PYTHONPYCACHEPREFIX"] == "/c"
+
+
 def test_missing_vllm_is_one_line(tmp_path):
     message = missing_executable(str(tmp_path / "no-vllm"))
     assert message.startswith("kind='vllm' needs vLLM 0.26.0 installed")

@@ -76,7 +76,7 @@ def _vllm_command(cfg: RunConfig, place: layout.ServerPlace, host: str):
                              host=host,
                              gpu_memory_utilization=place.spec.gpu_memory_fraction or 0.9)
     argv, profile_env = serve_command(profile, place.port, executable=inf.vllm.executable)
-    return argv, launch_env(profile_env, inf.vllm.env, place.spec.gpus)
+    return argv, launch_env(profile_env, inf.vllm.env, place.spec.gpus, inf.vllm.bytecode_cache)
 
 
 def wait(cfg: RunConfig, hosts: list[str], pids: list[int]) -> int:
