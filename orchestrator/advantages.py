@@ -30,7 +30,7 @@ MASKED = frozenset(
 
 
 def is_scored(traj: Trajectory) -> bool:
-    return traj.status not in MASKED and traj.reward is not None and bool(traj.turns)
+    return traj.status not in MASKED and traj.reward is not None and bool(traj.own_turns)
 
 
 def group_advantages(group: list[Trajectory]) -> dict[str, float]:
@@ -50,11 +50,14 @@ def is_zero_variance(group: list[Trajectory]) -> bool:
 def trajectory_samples(traj: Trajectory, advantage: float) -> list[dict]:
     """Token-exact samples of one episode (a turn flagged `new_sample` starts a new one). A
     sample whose every turn has routed experts gets `routed_experts` [tokens, layers, top_k]
-    (turns store full or trimmed arrays: `Turn.routed_experts_start`)."""
+    (turns store full or trimmed arrays: `Turn.routed_experts_start`). A branch's shared prefix
+    (turns 0..`branch_turn`) is context only: masked out of the loss, its versions not counted."""
     samples: list[dict] = []
     current: dict | None = None
     routing: list[list[tuple[int, int, str | None]]] = []
-    for turn in traj.turns:
+    first_own = len(traj.turns) - len(traj.own_turns)
+    for i, turn in enumerate(traj.turns):
+        own = i >= first_own
         if current is None or turn.new_sample:
             current = {
                 "tokens": [], "loss_mask": [], "inference_logprobs": [],
@@ -63,10 +66,15 @@ def trajectory_samples(traj: Trajectory, advantage: float) -> list[dict]:
             }
             samples.append(current)
             routing.append([])
+        n_out = len(turn.completion_ids)
         current["tokens"] += turn.prompt_ids + turn.completion_ids
-        current["loss_mask"] += [False] * len(turn.prompt_ids) + [True] * len(turn.completion_ids)
-        current["inference_logprobs"] += [0.0] * len(turn.prompt_ids) + list(turn.logprobs)
-        current["policy_version"] = min(current["policy_version"], turn.policy_version)
+        current["loss_mask"] += [False] * len(turn.prompt_ids) + [own] * n_out
+        current["inference_logprobs"] += [0.0] * len(turn.prompt_ids) + (
+            list(turn.logprobs) if own else [0.0] * n_out)
+        if own and i == first_own:
+            current["policy_version"] = turn.policy_version  # the prefix's version is not its own
+        elif own:
+            current["policy_version"] = min(current["policy_version"], turn.policy_version)
         end = len(current["tokens"])
         routing[-1].append((end, turn.routed_experts_start, turn.routed_experts))
     for sample, turns in zip(samples, routing):

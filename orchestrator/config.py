@@ -2,9 +2,48 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swefleet.sinks import SinksConfig
+
+
+class BranchingConfig(BaseModel):
+    """RL groups branched from a shared prefix (`orchestrator/branching.py`): the group's
+    episodes all start from turns 0..k of one parent episode, its tokens and its sandbox state
+    (restored by replaying the parent's actions), and continue with the policy from turn k+1;
+    only the continuation is trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    """Branch every group from a shared prefix. A group whose parent offers no branch point
+    (it ended on its first turn; no recorded episode of its task) runs from the start."""
+    turn: int | float | Literal["random"] = Field(0, union_mode="smart")
+    """The prefix's last turn k. An integer: that turn (a shorter parent branches at its last
+    turn that was followed by another). A fraction in [0, 1]: that share of the parent's
+    branch points (`live`: of the turns `agent.max_steps` allows). `random`: one of them
+    uniformly, per group."""
+    source: Literal["live", "recorded"] = "live"
+    """Where parents come from. `live`: each group first runs one episode of its task to turn k
+    with the current policy (written to `prefixes.jsonl`, never graded nor trained on).
+    `recorded`: a finished episode of the same task from `recorded_run`, or from this run's
+    own `episodes.jsonl` (groups start fresh until their task has one)."""
+    recorded_run: str = ""
+    """Run directory whose `episodes.jsonl` gives the parents of `source = "recorded"`; it must
+    have run the same agent settings (its first prompt is checked). Empty: this run."""
+
+    @model_validator(mode="after")
+    def _turn_in_range(self) -> BranchingConfig:
+        if isinstance(self.turn, float) and not 0.0 <= self.turn <= 1.0:
+            raise ValueError(f"branching.turn {self.turn} is neither a turn (an integer >= 0) "
+                             "nor a fraction in [0, 1]")
+        if isinstance(self.turn, int) and self.turn < 0:
+            raise ValueError(f"branching.turn must be >= 0, got {self.turn}")
+        if self.recorded_run and self.source != "recorded":
+            raise ValueError("branching.recorded_run is only read with source = \"recorded\"")
+        return self
 
 
 class OrchestratorConfig(BaseModel):
@@ -59,6 +98,8 @@ class OrchestratorConfig(BaseModel):
     """Seed for task sampling order."""
     sinks: SinksConfig = Field(default_factory=SinksConfig)
     """Optional TensorBoard / W&B sinks beside `metrics.jsonl`."""
+    branching: BranchingConfig = Field(default_factory=BranchingConfig)
+    """Groups that branch from a shared prefix of turns instead of starting fresh."""
 
     @model_validator(mode="after")
     def _staleness_covers_async(self) -> OrchestratorConfig:

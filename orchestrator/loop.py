@@ -22,10 +22,11 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swefleet.orchestrator.advantages import batch_samples
 from swefleet.orchestrator.config import OrchestratorConfig
@@ -40,7 +41,13 @@ from swefleet.journal import Journal
 from swefleet.rundir import RunDir, append_jsonl
 from swefleet.types import EpisodeStatus, Task, Trajectory
 
+if TYPE_CHECKING:
+    from swefleet.orchestrator.branching import BranchPoint
+
 log = logging.getLogger(__name__)
+
+BranchPointFn = Callable[[Task, str], Awaitable["BranchPoint | None"]]
+"""(task, group id) -> where the group's episodes start: `orchestrator.branching.Brancher.point`."""
 
 CANCELLED_AT_RUN_END = ("cancelled at run end (not scored): started for a batch after the last "
                         "step")
@@ -81,6 +88,7 @@ class RLLoop:
         extra_metrics: Callable[[], dict] | None = None,
         journal: Journal | None = None,
         inline_writes: bool = False,
+        branch_points: BranchPointFn | None = None,
     ) -> None:
         self.cfg, self.rollout, self.tasks, self.run_dir = cfg, rollout, tasks, run_dir
         self.update_weights = update_weights
@@ -115,6 +123,8 @@ class RLLoop:
         """Write records and batches on the event loop (blocking; the benchmark baseline)."""
         self._acks: dict[str, Future] = {}
         """Episode id -> the future of its record (resolved once it is durable)."""
+        self.branch_points = branch_points
+        """Where each group's episodes start (`orchestrator/branching.py`); None: fresh."""
 
     async def _off_loop(self, fn, *args):
         """`fn(*args)` in a worker thread (inline on the loop with `inline_writes`)."""
@@ -168,7 +178,8 @@ class RLLoop:
 
     async def _run_group(self, task: Task) -> None:
         group_id = f"{task.instance_id}-{uuid.uuid4().hex[:8]}"
-        handles = [RolloutHandle(uuid.uuid4().hex[:12], self.state.served_version)
+        branch = await self._branch_point(task, group_id)
+        handles = [RolloutHandle(uuid.uuid4().hex[:12], self.state.served_version, branch=branch)
                    for _ in range(self.cfg.rollouts_per_task)]
         runs = [asyncio.create_task(self._run_episode(task, group_id, h)) for h in handles]
         try:
@@ -186,6 +197,13 @@ class RLLoop:
         acks = [self._acks.pop(h.episode_id, None) for h in handles]
         await asyncio.gather(*(asyncio.wrap_future(a) for a in acks if a is not None))
         await self.ready.put(group)  # only episodes already on disk are ever batched
+
+    async def _branch_point(self, task: Task, group_id: str) -> BranchPoint | None:
+        """The group's shared prefix, found (a live parent run) in one episode slot."""
+        if self.branch_points is None:
+            return None
+        async with self.episode_slots:
+            return await self.branch_points(task, group_id)
 
     async def _await_group(self, runs: list[asyncio.Task], handles: list[RolloutHandle]) -> None:
         """Wait for the group; once half of it has finished, a member still running after
@@ -338,7 +356,7 @@ class RLLoop:
         return groups, time.monotonic() - t0
 
     def _is_stale(self, traj: Trajectory, step: int) -> bool:
-        if traj.status == EpisodeStatus.dropped_stale or not traj.turns:
+        if traj.status == EpisodeStatus.dropped_stale or not traj.policy_versions:
             return traj.status == EpisodeStatus.dropped_stale
         return step - min(traj.policy_versions) > self.cfg.max_off_policy_steps
 

@@ -19,7 +19,7 @@ def rollout_metrics(trajs: list[Trajectory], trained_version: int) -> dict:
     statuses = Counter(t.status.value for t in trajs)
     rewards = [t.reward for t in trajs if t.reward is not None]
     latencies = [t.timings.get("total", 0.0) for t in trajs]
-    skews = Counter(trained_version - min(t.policy_versions) for t in trajs if t.turns)
+    skews = Counter(trained_version - min(t.policy_versions) for t in trajs if t.policy_versions)
     off_policy = sum(n for skew, n in skews.items() if skew > 0)
     out = {
         "rollout/episodes": len(trajs),

@@ -7,17 +7,23 @@ comes out (and is handed to `sink`), infrastructure failures are never scored as
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.loop import run_episode
 from swefleet.envs.protocol import Farm, Grader, InfraError
 from swefleet.inference.protocol import ModelClient
+from swefleet.orchestrator.branch_episode import continue_episode
 from swefleet.orchestrator.gold_canary import GoldCanary
 
 from swefleet.types import EpisodeStatus, GradeCause, GradeStatus, Task, Trajectory
+
+if TYPE_CHECKING:
+    from swefleet.orchestrator.branching import BranchPoint
 
 #: Episode endings whose patch is graded (the policy chose to stop, or ran out of steps).
 GRADED = frozenset(
@@ -41,6 +47,9 @@ class RolloutHandle:
     """The agent has ended and the patch is being graded (bounded by the grader's own timeout):
     no longer a straggler candidate, so the straggler cut cannot favour the episodes that end
     without grading (failures, with `agent.grade_unsubmitted = false`)."""
+    branch: BranchPoint | None = None
+    """Where the episode starts when its group branches from a shared prefix
+    (`orchestrator/branching.py`); None: from the first turn."""
 
 
 Sink = Callable[[Trajectory], None]
@@ -78,13 +87,17 @@ async def run_rollout(
 ) -> Trajectory:
     t0 = time.monotonic()
     traj = Trajectory(episode_id=handle.episode_id, task_id=task.instance_id, group_id=group_id)
+    if handle.branch is not None:  # linked even when no episode runs (infra errors)
+        traj.branch_of, traj.branch_turn = handle.branch.parent.episode_id, handle.branch.turn
     if ctx.on_start is not None:
         ctx.on_start(traj)
     ended: list[Trajectory] = []  # the agent hands over its trajectory even when cancelled
     try:
         async with ctx.farm.acquire(task) as sandbox:
             t_sandbox = time.monotonic() - t0
-            traj = await ctx.episode(
+            episode = ctx.episode if handle.branch is None else functools.partial(
+                continue_episode, handle.branch)
+            traj = await episode(
                 task, sandbox, ctx.model, ctx.tokenizer, ctx.agent,
                 episode_id=handle.episode_id, group_id=group_id, on_end=ended.append,
             )

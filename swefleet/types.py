@@ -206,10 +206,22 @@ class Trajectory(BaseModel):
     `agent` (the image's own uid-1000 `agent` user), `derived` (a cached swefleet layer added
     it), `image` (the image's own user); for a policy without a sandbox (oracle, empty,
     predictions) the grader's; empty when unknown (bwrap, no sandbox was made)."""
+    branch_of: str = ""
+    """Episode id of the parent whose turns 0..`branch_turn` this episode starts from (RL
+    branching, `orchestrator/branching.py`); empty for an episode run from its first turn."""
+    branch_turn: int | None = None
+    """The last turn of the shared prefix: `turns[:branch_turn + 1]` are the parent's (copied,
+    never trained on), the policy generated the rest; None when not a branch."""
+
+    @property
+    def own_turns(self) -> list[Turn]:
+        """The turns this episode's policy generated: all, or a branch's turns after its prefix."""
+        return self.turns if self.branch_turn is None else self.turns[self.branch_turn + 1:]
 
     @property
     def policy_versions(self) -> list[int]:
-        return [t.policy_version for t in self.turns]
+        """Policy version of each of `own_turns` (a branch's prefix is not its own)."""
+        return [t.policy_version for t in self.own_turns]
 
     @property
     def n_tokens(self) -> int:

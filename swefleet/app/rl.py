@@ -185,8 +185,8 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         journal = Journal()  # the run's records, written off the event loop
         stack.callback(journal.close)
         env_metrics: list = []  # per-step figures of the environment (sandboxes held)
-        rollout = await _environment(cfg, agent, run_id, fleet, tokenizer, stack, run_dir,
-                                     journal, env_metrics)
+        rollout, branch_points = await _environment(cfg, agent, run_id, fleet, tokenizer,
+                                                    stack, run_dir, journal, env_metrics)
         sinks = MetricSinks.from_config(cfg.orchestrator.sinks, run_dir.root, cfg.name,
                                         cfg.model_dump(mode="json"))
         stack.callback(sinks.close)
@@ -197,7 +197,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
 
         loop = RLLoop(cfg.orchestrator, rollout, tasks, run_dir, supervisor.update_weights,
                       on_step=on_step, health=lambda: trainer_problem(trainer, run_dir),
-                      resume=resume, journal=journal,
+                      resume=resume, journal=journal, branch_points=branch_points,
                       extra_metrics=lambda: {**fleet.metrics(), **supervisor.metrics(),
                                              **{k: v for f in env_metrics for k, v in f().items()},
                                              **trainer_metrics(), **_disk_metrics(run_dir)})
@@ -235,12 +235,15 @@ def _tasks_for(cfg: RunConfig):
 
 async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, stack,
                        run_dir: RunDir, journal=None, step_metrics: list | None = None):
-    """The rollout function of the configured environment, its resources on `stack`; appends
-    the environment's per-step metric functions to `step_metrics`."""
+    """The rollout function of the configured environment and where its groups start (None:
+    fresh; `orchestrator.branching`), its resources on `stack`; appends the environment's
+    per-step metric functions to `step_metrics`."""
     if cfg.environment == "token_target":
         from swefleet.orchestrator.toy import token_target_rollout
 
-        return token_target_rollout(fleet, tokenizer, cfg.toy)
+        if cfg.orchestrator.branching.enabled:
+            raise ValueError('orchestrator.branching needs environment = "swe"')
+        return token_target_rollout(fleet, tokenizer, cfg.toy), None
     from swefleet.envs.backends import make_farm, make_grader
     from swefleet.orchestrator.rollout import RolloutContext, swe_rollout
 
@@ -256,7 +259,14 @@ async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, sta
     ctx = RolloutContext(farm=farm, grader=grader, model=fleet, tokenizer=tokenizer,
                          agent=agent, on_start=lambda t: record_started(run_dir, t, journal),
                          gold_canary=_gold_canary(cfg, run_id, stack, step_metrics))
-    return swe_rollout(ctx)
+    if not cfg.orchestrator.branching.enabled:
+        return swe_rollout(ctx), None
+    from swefleet.orchestrator.branching import Brancher
+
+    brancher = Brancher(ctx, cfg.orchestrator.branching, run_dir, seed=cfg.orchestrator.seed)
+    if step_metrics is not None:
+        step_metrics.append(brancher.stats.step_metrics)
+    return brancher.recording(swe_rollout(ctx)), brancher.point
 
 
 def _gold_canary(cfg: RunConfig, run_id: str, stack, step_metrics: list | None):
