@@ -317,7 +317,9 @@ def _add_replay_parser(sub) -> None:
                         "episodes and writes RUN_DIR/replay_check.json (docs/replay.md).",
                         epilog="examples:\n  swefleet replay runs/RUN --episode ID --turn 3\n"
                         "  swefleet replay out/oracle --episode ID --no-shell --json r.json\n"
-                        "  swefleet replay runs/RUN --check --max-workers 4")
+                        "  swefleet replay runs/RUN --check --max-workers 4\n"
+                        "  swefleet replay runs/RUN --episode ID --turn 3 --continue\n"
+                        "  swefleet replay runs/RUN --episode ID --turn 12 --via snapshot")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="an rl, sft or eval output dir")
     rp.add_argument("--episode", default="", metavar="ID", help="the episode's episode_id")
     rp.add_argument("--turn", type=int, default=None, metavar="K",
@@ -331,6 +333,23 @@ def _add_replay_parser(sub) -> None:
     flags.add_max_workers(rp, "episodes replayed at a time (--check)", default=1)
     rp.add_argument("--json", default="", metavar="FILE",
                     help="also write the restore (timings, match table, the workdir's diff)")
+    rp.add_argument("--via", choices=["replay", "snapshot"], default="replay",
+                    help="restore by replaying the actions, or from a snapshot of the turn "
+                         "(taken at its first restore, kept in the run's cache)")
+    rp.add_argument("--no-keep", action="store_true",
+                    help="remove the snapshot of --via snapshot when the command ends")
+    rp.add_argument("--drop-snapshots", action="store_true",
+                    help="remove every snapshot of RUN_DIR (images and directories) and exit")
+    rp.add_argument("--continue", dest="continue_", action="store_true",
+                    help="a model continues the episode from turn K; graded; saved as "
+                         "RUN_DIR/replays/<episode_id>.json")
+    flags.add_server(rp)
+    rp.add_argument("--model", default="",
+                    help="--continue: checkpoint dir (default: RUN_DIR's newest weights; with "
+                         "--server its tokenizer dir); with --api chat the model NAME")
+    rp.add_argument("--api", default="tokens", choices=["tokens", "chat"],
+                    help="--continue: tokens (token-exact, swefleet or vLLM) or chat (an "
+                         "OpenAI-compatible chat endpoint, for chat-recorded episodes)")
     rp.set_defaults(func=_replay)
 
 

@@ -4,9 +4,12 @@ how deterministic the replays of a run's episodes are (docs/replay.md).
     swefleet replay RUN_DIR --episode ID --turn K          # a shell in the restored sandbox
     swefleet replay RUN_DIR --episode ID --turn K --no-shell
     swefleet replay RUN_DIR --check                        # writes RUN_DIR/replay_check.json
+    swefleet replay RUN_DIR --episode ID --turn K --continue   # a model goes on from turn K
+    swefleet replay RUN_DIR --episode ID --turn K --via snapshot
 
 The sandbox comes from the run's own `envs` config (backend, limits) through the farm, under a
 run label of its own (`replay-<hex>`): it is removed when the command ends, Ctrl-C included.
+How it is restored: `swefleet.app.replay_restore`; continuing: `swefleet.app.replay_continue`.
 """
 
 from __future__ import annotations
@@ -27,11 +30,16 @@ log = logging.getLogger(__name__)
 
 
 def replay_cli(args: argparse.Namespace) -> int:
-    """Bad input (run folder, episode, turn, task file) fails before any sandbox is made."""
+    """Bad input (run folder, episode, turn, task file, model) fails before any sandbox is
+    made."""
     run = load_run(args.run_dir)
+    if args.drop_snapshots:
+        from swefleet.app.replay_restore import drop_snapshots
+
+        print(f"removed {drop_snapshots(run)} snapshots of {run.root}")
+        return 0
     if args.check:
-        if args.turn is not None:
-            raise ValueError("--turn restores one episode; --check replays whole episodes")
+        _check_args(args)
         episodes = [run.episode(args.episode)] if args.episode else run.episodes
         tasks = {}
         for traj in episodes:
@@ -42,8 +50,37 @@ def replay_cli(args: argparse.Namespace) -> int:
         raise ValueError("--episode ID is needed (or --check for every episode)")
     traj = run.episode(args.episode)
     turn = check_turn(traj, args.turn)
+    restorer = _restorer(run, traj, turn, args)
+    if args.continue_:
+        return _continue_cli(run, traj, restorer, args)
     task = task_of(run, traj)
-    return _interruptible(_restore(run, traj, task, turn, args))
+    return _interruptible(_restore(run, traj, task, restorer, args))
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.turn is not None:
+        raise ValueError("--turn restores one episode; --check replays whole episodes")
+    if args.continue_ or args.via != "replay":
+        raise ValueError("--check replays whole episodes: no --continue, no --via snapshot")
+
+
+def _restorer(run: ReplayRun, traj: Trajectory, turn: int, args: argparse.Namespace):
+    from swefleet.app.replay_restore import Restorer
+
+    if args.no_keep and args.via != "snapshot":
+        raise ValueError("--no-keep removes the snapshot of --via snapshot")
+    return Restorer(run, traj, turn, args.via, keep=not args.no_keep,
+                    backend=args.backend or run.config.envs.backend)
+
+
+def _continue_cli(run: ReplayRun, traj: Trajectory, restorer, args: argparse.Namespace) -> int:
+    from swefleet.agents.replay_continue import continuable_turn
+    from swefleet.app.replay_continue import model_source
+
+    continuable_turn(traj, restorer.turn)
+    source = model_source(run, traj, args)
+    task = task_of(run, traj)
+    return _interruptible(_continue(run, traj, task, restorer, source, args))
 
 
 def _interruptible(coro) -> int:
@@ -72,49 +109,84 @@ async def _replay(sb, run: ReplayRun, traj: Trajectory, through: int) -> list:
                               agent.command_timeout_s)
 
 
-async def _restore(run: ReplayRun, traj: Trajectory, task: Task, turn: int,
+async def _restore(run: ReplayRun, traj: Trajectory, task: Task, restorer,
                    args: argparse.Namespace) -> int:
     from swefleet.agents.replay import recorded_seconds
+    from swefleet.agents.scaffolds import make_scaffold
     from swefleet.app.replay_shell import interactive_shell, match_table, shell_argv, state_lines
 
+    turn = restorer.turn
     t0 = time.monotonic()
-    async with _farm(run, args.backend) as farm, farm.acquire(task) as sb:
-        sandbox_s = time.monotonic() - t0
-        steps = await _replay(sb, run, traj, turn)
-        restore_s = time.monotonic() - t0
-        matched = sum(s.matches for s in steps)
-        print(f"episode {traj.episode_id} ({traj.task_id}) restored to turn {turn}: "
-              f"{len(steps)} actions replayed, {matched} observations match the record; "
-              f"restore {restore_s:.2f} s (sandbox {sandbox_s:.2f} s), recorded "
-              f"{recorded_seconds(traj.turns, turn):.2f} s")
-        print("\n".join(match_table(steps)))
-        if args.json:
-            _write_restore_json(Path(args.json), traj, turn, steps, await sb.diff(),
-                                sandbox_s, restore_s, farm.config.backend)
-        argv, why = ([], "") if args.no_shell else shell_argv(sb, farm.config)
-        if argv:
-            print(f"a shell in the sandbox at turn {turn} (workdir {sb.workdir}); exit it to "
-                  "remove the sandbox", flush=True)
-            await interactive_shell(argv)
-            return 0
-        if why:
-            print(f"no interactive shell ({why}): the sandbox's state instead")
-        print("\n".join(await state_lines(sb)))
+    try:
+        async with _farm(run, args.backend) as farm, farm.acquire(restorer.task_for(task)) as sb:
+            sandbox_s = time.monotonic() - t0
+            restore_s = sandbox_s + await restorer(sb, make_scaffold(run.config.agent))
+            print(f"episode {traj.episode_id} ({traj.task_id}) restored to turn {turn}: "
+                  f"{restorer.how()}; restore {restore_s:.2f} s (sandbox {sandbox_s:.2f} s), "
+                  f"recorded {recorded_seconds(traj.turns, turn):.2f} s")
+            print("\n".join(match_table(restorer.steps)))
+            if args.json:
+                _write_restore_json(Path(args.json), traj, restorer, await sb.diff(),
+                                    sandbox_s, restore_s, farm.config.backend)
+            argv, why = ([], "") if args.no_shell else shell_argv(sb, farm.config)
+            if argv:
+                print(f"a shell in the sandbox at turn {turn} (workdir {sb.workdir}); exit it to "
+                      "remove the sandbox", flush=True)
+                await interactive_shell(argv)
+                return 0
+            if why:
+                print(f"no interactive shell ({why}): the sandbox's state instead")
+            print("\n".join(await state_lines(sb)))
+    finally:
+        await asyncio.to_thread(restorer.finish)
     return 0
 
 
-def _write_restore_json(path: Path, traj: Trajectory, turn: int, steps: list, patch: str,
+async def _continue(run: ReplayRun, traj: Trajectory, task: Task, restorer, source,
+                    args: argparse.Namespace) -> int:
+    from swefleet.app.replay_continue import (
+        continuation_record,
+        continue_episode,
+        save_continuation,
+        summary_line,
+    )
+    from swefleet.envs.backends import make_grader
+
+    t0 = time.monotonic()
+    async with _farm(run, args.backend) as farm:
+        grader = make_grader(farm.run_id, farm.config)
+        try:
+            new = await continue_episode(run, traj, task, restorer, source, farm, grader)
+        finally:
+            await asyncio.to_thread(_remove_graders, farm)
+            await asyncio.to_thread(restorer.finish)
+        backend = farm.config.backend
+    record = continuation_record(new, traj, restorer, source, backend, time.monotonic() - t0)
+    print(summary_line(record, save_continuation(run, record)))
+    return 0
+
+
+def _remove_graders(farm) -> None:
+    """The grading containers of this command (Docker; bwrap's die with their process)."""
+    if farm.config.backend == "docker":
+        from swefleet.envs.reaper import remove_run_containers
+
+        remove_run_containers(farm.run_id)
+
+
+def _write_restore_json(path: Path, traj: Trajectory, restorer, patch: str,
                         sandbox_s: float, restore_s: float, backend: str) -> None:
     from swefleet.agents.replay import recorded_seconds
     from swefleet.rundir import write_text_atomic
 
+    steps, turn = restorer.steps, restorer.turn
     matched = sum(s.matches for s in steps)
     record = {"episode_id": traj.episode_id, "task_id": traj.task_id, "turn": turn,
               "backend": backend, "replayed_turns": len(steps), "matched_turns": matched,
               "match_share": matched / len(steps) if steps else None,
               "sandbox_s": sandbox_s, "restore_s": restore_s,
               "recorded_s": recorded_seconds(traj.turns, turn), "patch": patch,
-              "turns": [s.record() for s in steps]}
+              **restorer.record(), "turns": [s.record() for s in steps]}
     write_text_atomic(path, json.dumps(record, indent=2) + "\n")
 
 

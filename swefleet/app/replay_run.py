@@ -3,7 +3,9 @@ task of one of them. Every problem is a `ValueError` with one line (exit 2 at th
 before any sandbox is made.
 
 Episodes come from `trajectories/<instance_id>/<attempt>.json` (an eval folder), else from
-`episodes.jsonl` (an RL run) and `oracle_episodes.jsonl` (an SFT run's oracle episodes).
+`episodes.jsonl` (an RL run) and `oracle_episodes.jsonl` (an SFT run's oracle episodes); the
+continuations `swefleet replay --continue` saved (`replays/*.json`) come after them. An episode
+recorded through a chat endpoint is read as a `ChatTrajectory` (its messages kept).
 """
 
 from __future__ import annotations
@@ -61,27 +63,35 @@ def load_run(path: str | Path) -> ReplayRun:
 
 
 def _episodes(root: Path) -> list[Trajectory]:
-    from swefleet.agents.export import read_trajectory
+    """The run's episodes, then its continuations (`replays/*.json`)."""
+    from swefleet.agents.replay_continue import as_recorded
 
-    if (root / "trajectories").is_dir():
-        return [read_trajectory(p) for p in sorted((root / "trajectories").glob("*/*.json"))]
     out = []
-    for name in EPISODE_FILES:
-        if (root / name).exists():
-            out += _trajectories_in(root / name)
+    if (root / "trajectories").is_dir():
+        out = [as_recorded(json.loads(p.read_text()))
+               for p in sorted((root / "trajectories").glob("*/*.json"))]
+    else:
+        for name in EPISODE_FILES:
+            if (root / name).exists():
+                out += _trajectories_in(root / name)
+    if out:
+        out += [as_recorded(json.loads(p.read_text()))
+                for p in sorted((root / "replays").glob("*.json"))]
     return out
 
 
 def _trajectories_in(path: Path) -> list[Trajectory]:
     """The whole trajectories of a JSONL file (lines with their turns; a torn last line and an
     eval's summary records are skipped)."""
+    from swefleet.agents.replay_continue import as_recorded
+
     out = []
     for line in path.read_text(encoding="utf-8").split("\n")[:-1]:
         if not line.strip():
             continue
         record = json.loads(line)
         if isinstance(record.get("turns"), list):
-            out.append(Trajectory.model_validate(record))
+            out.append(as_recorded(record))
     return out
 
 
