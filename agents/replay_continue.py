@@ -11,7 +11,8 @@ On the token path the context is the parent's own token ids (its last sample's `
 `completion_ids` through turn K, then turn K+1's recorded `prompt_ids`): nothing is re-rendered
 or re-tokenized, so the first request is exactly what the parent sent for turn K+1. On the chat
 path (a parent recorded through a chat endpoint) the conversation is the parent's own messages.
-The returned trajectory holds the parent's turns 0..K unchanged, then the new ones.
+The returned trajectory holds the parent's turns 0..K unchanged, then the new ones; its
+`branch_of` and `branch_turn` name the parent and K (as RL branching's episodes do).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class _Continued(_Episode):
         self.parent, self.through, self.restore = parent, through, restore
 
     async def run(self) -> None:
-        self.env_s += await self.restore(self.sandbox, self.scaffold)
+        await _restore(self)
         self.system = self.scaffold.system_prompt(self.task)
         self.instance = self.scaffold.instance_prompt(self.task)
         turns = self.parent.turns
@@ -94,7 +95,7 @@ class _ContinuedChat(_ChatEpisode):
         self.parent, self.through, self.restore = parent, through, restore
 
     async def run(self) -> None:
-        self.env_s += await self.restore(self.sandbox, self.scaffold)
+        await _restore(self)
         turns = self.parent.turns[: self.through + 1]
         self.traj.turns = [t.model_copy(deep=True) for t in turns]
         self.conversation = [m for t in turns for m in (*t.messages, t.reply)]
@@ -107,6 +108,15 @@ class _ContinuedChat(_ChatEpisode):
                         self.scaffold.observation_messages(self.reply, last.observation))
         self.format_errors = trailing_format_errors(self.traj.turns)
         await _loop(self)
+
+
+async def _restore(episode: Any) -> None:
+    """Restore the sandbox (its seconds: `timings.restore`, also in `env`) and link the new
+    trajectory to its parent (`branch_of`, `branch_turn`)."""
+    seconds = await episode.restore(episode.sandbox, episode.scaffold)
+    episode.env_s += seconds
+    episode.traj.timings["restore"] = seconds
+    episode.traj.branch_of, episode.traj.branch_turn = episode.parent.episode_id, episode.through
 
 
 async def _loop(episode: _Episode) -> None:

@@ -161,7 +161,7 @@ async def _continue(run: ReplayRun, traj: Trajectory, task: Task, restorer, sour
             await asyncio.to_thread(_remove_graders, farm)
             await asyncio.to_thread(restorer.finish)
         backend = farm.config.backend
-    record = continuation_record(new, traj, restorer, source, backend, time.monotonic() - t0)
+    record = continuation_record(new, restorer, source, backend, time.monotonic() - t0)
     print(summary_line(record, save_continuation(run, record)))
     return 0
 

@@ -148,12 +148,12 @@ class _RestoringFarm:
             yield sb
 
 
-def continuation_record(traj: Trajectory, parent: Trajectory, restorer: Restorer,
+def continuation_record(traj: Trajectory, restorer: Restorer,
                         source: ModelSource, backend: str, wall_s: float) -> dict:
-    """The saved trajectory: the new episode, then what links it to its parent."""
+    """The saved trajectory (`branch_of`, `branch_turn`: its parent and K), then who continued
+    it and how its sandbox was restored (`continuation`)."""
     steps = restorer.steps
-    return {**traj.model_dump(mode="json"), "parent_episode_id": parent.episode_id,
-            "branch_turn": restorer.turn,
+    return {**traj.model_dump(mode="json"),
             "continuation": {
                 "api": source.api, "model": source.model, "servers": source.servers,
                 "weights_version": source.weights_version, "backend": backend,
@@ -172,7 +172,7 @@ def save_continuation(run: ReplayRun, record: dict) -> Path:
 
 def summary_line(record: dict, path: Path) -> str:
     new = len(record["turns"]) - record["branch_turn"] - 1
-    return (f"episode {record['episode_id']} continued episode {record['parent_episode_id']} "
+    return (f"episode {record['episode_id']} continued episode {record['branch_of']} "
             f"after turn {record['branch_turn']}: {new} new turns, {record['status']} "
             f"(reward {record['reward']}; {record['reason'] or '-'}); wrote {path}")
 

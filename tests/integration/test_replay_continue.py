@@ -56,7 +56,8 @@ def test_continue_from_turn_1_keeps_the_recorded_prefix_and_is_graded(run_dir):
     # token path: the first request of the continuation is the parent's own next prompt
     assert new["turns"][2]["prompt_ids"] == parent["turns"][2]["prompt_ids"]
     assert new["turns"][2]["completion_ids"] != parent["turns"][2]["completion_ids"]
-    assert (new["parent_episode_id"], new["branch_turn"]) == (parent["episode_id"], 1)
+    assert (new["branch_of"], new["branch_turn"]) == (parent["episode_id"], 1)
+    assert new["timings"]["restore"] > 0
     how = new["continuation"]
     assert (how["api"], how["weights_version"], how["servers"]) == ("tokens", 0, [])
     assert how["model"].endswith("weights/v000000")
