@@ -494,6 +494,35 @@ def hf_shapes(policy: Policy) -> dict[str, torch.Size]:
     return {k: v for _, _, shapes in _hf_entries(policy) for k, v in shapes.items()}
 
 
+def hf_copy_plan(policy: Policy) -> list[tuple[str, str | None]]:
+    """(state-dict key, HF name) of every exported entry, in `iter_hf_tensors` order; the HF
+    name is None where the mapping is more than a rename (e.g. stacked MoE experts split).
+    Computed once, it lets a caller copy renamed entries without calling the adapter."""
+    plan = []
+    for key, value in policy.model.state_dict().items():
+        stand_in = torch.empty(value.shape, dtype=value.dtype, device="meta")
+        out = policy.adapter.to_hf({_clean_fqn(key): stand_in})
+        if out:
+            renamed = len(out) == 1 and next(iter(out.values())) is stand_in
+            plan.append((key, next(iter(out)) if renamed else None))
+    return plan
+
+
+def iter_planned(policy: Policy, plan: list[tuple[str, str | None]]):
+    """(HF name, full tensor) as `iter_hf_tensors` yields them, through `plan`
+    (`hf_copy_plan`): renamed entries skip the adapter. A collective under FSDP, like it."""
+    from torch.distributed.tensor import DTensor
+
+    state = policy.model.state_dict()
+    for key, hf_name in plan:
+        value = state[key]
+        full = (value.full_tensor() if isinstance(value, DTensor) else value).detach()
+        if hf_name is not None:
+            yield hf_name, full
+        else:
+            yield from policy.adapter.to_hf({_clean_fqn(key): full}).items()
+
+
 def iter_hf_tensors(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor on the model's device) of the current weights, gathered one
     torchtitan parameter at a time (a stacked MoE expert weight yields its experts one by one).

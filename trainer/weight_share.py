@@ -42,6 +42,8 @@ class WeightSharer(WeightBroadcaster):
         self._spec: SharedBuffer | None = None
         self._views: list[tuple[str, Any]] = []
         self._pending: int | None = None
+        self._plan: list | None = None
+        """`titan.hf_copy_plan`: which entries are plain renames (copied without the adapter)."""
         """The version in the buffer that the servers have not confirmed yet."""
 
     def publish(self, policy: Any, version: int) -> tuple[Path, dict[str, float]]:
@@ -95,9 +97,14 @@ class WeightSharer(WeightBroadcaster):
                  device, self._spec.kind)
 
     def _copy_in(self, policy: Any) -> None:
+        """Every tensor into its place (cast on the device: `copy_` converts the dtype)."""
         import torch
+        from swefleet.trainer.titan import hf_copy_plan, iter_planned
 
-        for (name, view), (hf_name, tensor) in zip(self._views, hf_tensors(policy), strict=True):
+        if self._plan is None:
+            self._plan = hf_copy_plan(policy)
+        pairs = zip(self._views, iter_planned(policy, self._plan), strict=True)
+        for (name, view), (hf_name, tensor) in pairs:
             if name != hf_name:
                 raise RuntimeError(f"shared weights: {hf_name} where {name} was laid out")
             view.copy_(tensor, non_blocking=True)
