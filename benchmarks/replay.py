@@ -3,13 +3,15 @@
     python benchmarks/replay.py                          # oracle episodes of 2 quickstart tasks
     python benchmarks/replay.py runs/RUN --episodes 20   # the first 20 episodes that ran actions
     python benchmarks/replay.py runs/RUN --backend bwrap
+    python benchmarks/replay.py --long 10                # turn 10: replay, snapshot, re-run
 
 Each episode is restored to its last turn by the real command (`swefleet replay RUN --episode
 ID --no-shell --json FILE`, one process per episode, sandboxes of the run's `envs` config).
 Figures per episode: `restore_s` (sandbox made + actions replayed, from the command's JSON),
 `sandbox_s` (the sandbox alone), `recorded_s` (the episode's model calls + actions up to that
 turn, as recorded), `command_s` (the whole command: imports, task image check, removal).
-Without RUN_DIR the run is recorded first (`swefleet.app.oracle_run`: the oracle's episodes,
+`--long K` measures restores at turn K >= 10 against re-running the episode to turn K, and
+snapshots (`benchmarks/replay_long.py`). Without RUN_DIR the run is recorded first (`swefleet.app.oracle_run`: the oracle's episodes,
 whose model calls take no time, so `recorded_s` is its actions alone).
 
 The last line printed is one JSON object: `episodes`, `replayed_turns`, `match_share` (replayed
@@ -34,8 +36,12 @@ REPO = Path(__file__).resolve().parents[1]
 SWEFLEET = str(Path(sys.executable).with_name("swefleet"))
 
 
-def _restore(run: Path, episode: str, backend: str, out: Path) -> dict:
-    argv = [SWEFLEET, "replay", str(run), "--episode", episode, "--no-shell", "--json", str(out)]
+def _restore(run: Path, episode: str, backend: str, out: Path, turn: int | None = None,
+             extra: tuple[str, ...] = ()) -> dict:
+    argv = [SWEFLEET, "replay", str(run), "--episode", episode, "--no-shell", "--json", str(out),
+            *extra]
+    if turn is not None:
+        argv += ["--turn", str(turn)]
     if backend:
         argv += ["--backend", backend]
     t0 = time.monotonic()
@@ -69,12 +75,20 @@ def _normalised_matches(records: list[dict]) -> int:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--long", type=int, default=0, metavar="K",
+                   help="restore at turn K of scripted episodes of K+2 turns, against re-running "
+                        "them to turn K and snapshots, on both backends (benchmarks/replay_long.py)")
     p.add_argument("run_dir", nargs="?", default="", help="run folder (default: record one)")
     p.add_argument("--episodes", type=int, default=10, help="episodes restored, at most")
     p.add_argument("--tasks", type=int, default=2, help="tasks of the recorded oracle run")
     p.add_argument("--backend", choices=["docker", "bwrap"], default="",
                    help="sandbox backend (default: the run's)")
     args = p.parse_args()
+    if args.long:
+        sys.path.insert(0, str(REPO))
+        from benchmarks.replay_long import long_main
+
+        return long_main(args.long, args.tasks, args.backend)
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(args.run_dir) if args.run_dir else Path(tmp) / "oracle-run"
         if not args.run_dir:
