@@ -1,7 +1,7 @@
 """Fresh groups vs groups branched from a shared prefix: the same short RL run twice.
 
     python benchmarks/branching.py --config configs/quickstart.toml --steps 3 \
-        --output-dir out/branching [--turn 0] [--set inference.kv_mode=dynamic]
+        --output-dir runs/branching-bench [--turn 0] [--set inference.kv_mode=dynamic]
 
 Both runs start from the same SFT warm start (`swefleet sft`, made once under
 `<output-dir>/sft`), with the same seed and steps; the second sets `[orchestrator.branching]`
@@ -88,7 +88,7 @@ def main() -> None:
     p.add_argument("--config", default="configs/quickstart.toml")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--turn", default="0", help="branching.turn: k, a fraction, or random")
-    p.add_argument("--output-dir", type=Path, default=Path("out/branching"))
+    p.add_argument("--output-dir", type=Path, default=Path("runs/branching-bench"))
     p.add_argument("--set", action="append", default=[], dest="sets",
                    help="a config override for both runs (repeatable)")
     args = p.parse_args()
