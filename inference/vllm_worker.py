@@ -57,7 +57,10 @@ class SwefleetWorkerExtension:
             self._swefleet_shared = open_buffer(marker.shared, getattr(self, "device", None))
             self._swefleet_shared_key = key
         tensors = views(self._swefleet_shared, marker.update_info, marker.shared)
-        self.reload_weights(weights_iterator=iter(tensors), is_checkpoint_format=True)
+        if _quantized(self):  # re-quantised layer by layer, as a reload from files
+            self.reload_weights(weights_iterator=iter(tensors), is_checkpoint_format=True)
+        else:  # copied straight into the live parameters (each model's own name mapping)
+            self.model_runner.get_model().load_weights(iter(tensors))
         _synchronize()
         self._swefleet_version = target
         self._swefleet_last_load_s = time.monotonic() - t0
@@ -73,6 +76,13 @@ class SwefleetWorkerExtension:
 
     # provided by vLLM's Worker; declared for readers and type checkers
     reload_weights: Any
+    model_runner: Any
+
+
+def _quantized(worker: Any) -> bool:
+    """Whether the served model is quantised (its weights need vLLM's layerwise reload)."""
+    config = getattr(worker, "model_config", None)
+    return getattr(config, "quantization", None) is not None
 
 
 def _synchronize() -> None:

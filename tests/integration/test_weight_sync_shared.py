@@ -111,11 +111,18 @@ def test_vllm_extension_copies_the_announced_tensors(policy, tmp_path):
     from swefleet.trainer.weight_broadcast import hf_tensors
 
     class Worker(SwefleetWorkerExtension):
+        """vLLM's worker as the extension sees it: an unquantised model's `load_weights`."""
+
         loaded: dict
 
-        def reload_weights(self, weights_iterator, is_checkpoint_format):
-            assert is_checkpoint_format
-            self.loaded = {name: t.clone() for name, t in weights_iterator}
+        def __init__(self) -> None:
+            self.model_runner = self
+
+        def get_model(self):
+            return self
+
+        def load_weights(self, weights):
+            self.loaded = {name: t.clone() for name, t in weights}
 
     share = sharer(tmp_path / "weights")
     worker = Worker()
