@@ -70,10 +70,10 @@ def plant(text: str, path: str, rng: random.Random) -> tuple[str, list[str], lis
         n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                          ast.ClassDef))
     }
-    words = _words(tree)
+    words = words_of(tree)
     imported = _imported_names(tree)
     spots = _spots(tree)
-    pass_name, fail_name = _name(rng, words, taken), _name(rng, words, taken)
+    pass_name, fail_name = fresh_name(rng, words, taken), fresh_name(rng, words, taken)
     inserts = [(rng.choice(spots), _body(rng, pass_name, imported, True)),
                (rng.choice(spots), _body(rng, fail_name, imported, False))]
     lines = text.split("\n")
@@ -95,7 +95,7 @@ def _has_pytestmark(tree: ast.Module) -> bool:
     return False
 
 
-def _words(tree: ast.Module) -> list[str]:
+def words_of(tree: ast.Module) -> list[str]:
     names = [n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef,
                                                               ast.AsyncFunctionDef))]
     found = {w for name in names if name.startswith("test") for w in name.split("_")[1:]
@@ -131,7 +131,7 @@ def _spots(tree: ast.Module) -> list[int]:
     return spots
 
 
-def _name(rng: random.Random, words: list[str], taken: set[str]) -> str:
+def fresh_name(rng: random.Random, words: list[str], taken: set[str]) -> str:
     while True:
         name = "test_" + "_".join(rng.sample(words, rng.randint(2, min(4, len(words)))))
         if name not in taken:
@@ -139,8 +139,9 @@ def _name(rng: random.Random, words: list[str], taken: set[str]) -> str:
             return name
 
 
-def _body(rng: random.Random, name: str, imported: list[str], passes: bool) -> str:
-    """A top-level test function whose assertion holds iff `passes`, checked at run time."""
+def check(rng: random.Random, holds: bool) -> tuple[str, str]:
+    """(expression, wanted value's repr) of a generated check: `expr == want` holds iff
+    `holds`, computed at run time (the same shapes for true and false checks)."""
     a, b = rng.randint(1000, 99999), rng.randint(1000, 99999)
     kind = rng.randrange(3)
     if kind == 0:
@@ -150,8 +151,17 @@ def _body(rng: random.Random, name: str, imported: list[str], passes: bool) -> s
         expr, want = f"sorted({items})", sorted(items)
     else:
         expr, want = f"len(str({a}) * {b % 7 + 1})", len(str(a)) * (b % 7 + 1)
-    if not passes:
-        want = want + rng.randint(1, 9) if isinstance(want, int) else list(reversed(want)) + [a]
+    if not holds and isinstance(want, int):
+        want += rng.randint(1, 9)
+    elif not holds:  # as long and as sorted as the true list: one item off
+        i = rng.randrange(len(want))
+        want = sorted(want[:i] + [want[i] + rng.randint(1, 9)] + want[i + 1:])
+    return expr, repr(want)
+
+
+def _body(rng: random.Random, name: str, imported: list[str], passes: bool) -> str:
+    """A top-level test function whose assertion holds iff `passes`, checked at run time."""
+    expr, want = check(rng, passes)
     var = rng.choice(("result", "got", "value", "out"))
     ref = f"    assert {rng.choice(imported)} is not None\n" if imported else ""
-    return f"def {name}():\n{ref}    {var} = {expr}\n    assert {var} == {want!r}\n\n\n"
+    return f"def {name}():\n{ref}    {var} = {expr}\n    assert {var} == {want}\n\n\n"

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from swefleet.envs.canary_ids import is_planted
 from swefleet.envs.patchfiles import split_patch
 from swefleet.envs.tamper import tamper_evidence
 
@@ -236,9 +237,8 @@ def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeR
     from swebench.harness.grading import SUITE_RAN, get_eval_tests_report, get_resolution_status
 
     status_map = _with_whole_ids(output, get_log_parser(task.log_parser)(output, _test_spec(task)))
-    canaries = (verdict or {}).get("canaries") or {}
-    planted = {*(canaries.get("pass") or []), *(canaries.get("fail") or [])}
-    result.tests = {t: st for t, st in status_map.items() if t not in planted}  # task's own
+    result.tests = {t: st for t, st in status_map.items()  # the task's own
+                    if not is_planted(t, verdict or {})}
     deciding = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
     if why := tamper_evidence(status_map, exit_code, deciding, verdict or {}):
         result.status, result.cause = GradeStatus.tampered, GradeCause.tampered

@@ -12,7 +12,8 @@ The procedure follows SWE-bench's harness (`swebench.harness.run_evaluation` + `
    applies such a patch as is;
 3. the files touched by `test_patch` are reset to the base commit (undoing the model's edits to
    them; SWE-bench does this after the model patch, so do we) and `test_patch` is applied;
-4. canaries are planted in the test files (`envs/tamperrun.py`), the grader's own files are
+4. canaries are planted in the test files and the FAIL_TO_PASS tests run under secret names
+   beside must-fail twins (`envs/tamperrun.py`), the grader's own files are
    removed, and `task.test_cmd` runs on the test files under `timeout` with a deadline, as the
    repository's owner; its output and pytest's JUnit report come back on the run's streams,
    never through a file the tests could reach (`envs/testrun.py`);
@@ -65,8 +66,8 @@ from swefleet.envs.gradelog import (
 from swefleet.envs.hosts import HostSet, connect, engine_fault
 from swefleet.envs.protect import drop_protected, matches, pytest_section
 from swefleet.envs.protocol import Grader, InfraError
-from swefleet.envs.tamper import junit_outcomes, runner_flags
-from swefleet.envs.tamperrun import plant_canaries
+from swefleet.envs.tamper import runner_flags
+from swefleet.envs.tamperrun import plant_canaries, task_view
 from swefleet.envs.testrun import capture_script, run_in_container
 
 from swefleet.types import GradeCause, GradeResult, GradeStatus, Task
@@ -271,14 +272,12 @@ class _Session:
                                  self.log_cap)
         rc = run.exit_code
         timed_out = rc is None or (rc in (124, 137) and time.monotonic() - started >= budget - 1)
-        self.lines += [START_TEST_OUTPUT, run.output, END_TEST_OUTPUT, f"{TEST_EXIT_CODE}: {rc}"]
+        output, junit = task_view(self.evidence, run.output, run.report, self.task)
+        self.lines += [START_TEST_OUTPUT, output, END_TEST_OUTPUT, f"{TEST_EXIT_CODE}: {rc}"]
         if timed_out:
             self.lines.append(TESTS_TIMEOUT)
         elif self.evidence:
-            canaries = self.evidence["canaries"]
-            ids = {*canaries["pass"], *canaries["fail"], *self.task.FAIL_TO_PASS,
-                   *self.task.PASS_TO_PASS}
-            self.evidence["junit"] = junit_outcomes(run.report, ids) if run.report else None
+            self.evidence["junit"] = junit
         return self._finish(
             {"phase": "tests", "exit_code": None if timed_out else rc, "timed_out": timed_out}
         )

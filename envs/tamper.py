@@ -6,9 +6,11 @@ The grader therefore checks the run's consistency from outside (`envs/grading.py
 the same way again):
 
 - canaries (`envs/canary.py`): each must-pass canary PASSED, each must-fail canary FAILED;
-- a canary is missing while a deciding test (FAIL_TO_PASS / PASS_TO_PASS) is reported, or a
-  deciding test is missing while the canaries are all reported;
-- the runner's exit status: with a must-fail canary planted a genuine pytest run exits non-zero;
+- twins (`envs/canary_twins.py`): no twin of a renamed deciding test passes, and nothing is
+  reported under the original id of a renamed test (it did not run under that name);
+- a canary or twin is missing while a deciding test (FAIL_TO_PASS / PASS_TO_PASS) is reported,
+  or a deciding test is missing while the canaries and twins are all reported;
+- the runner's exit status: with a must-fail test planted a genuine pytest run exits non-zero;
 - pytest's JUnit XML report (written on a stream only the grader reads, `envs/testrun.py`): it
   must exist when the log reports tests, and agree with the log on every canary and deciding
   test.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from swefleet.envs.canary_ids import function_id
 from swefleet.envs.patchcode import names_in
 from swefleet.envs.patchfiles import split_patch
 
@@ -131,9 +134,10 @@ def tamper_evidence(status_map: dict[str, str], exit_code: int | None, deciding:
                     verdict: dict) -> list[str]:
     """Why the run in the log cannot be the run that happened; empty when it is consistent or
     no canary was planted. `verdict`: the log's verdict (`canaries`, `junit`)."""
-    canaries = verdict.get("canaries") or {}
+    canaries, twins = verdict.get("canaries") or {}, verdict.get("twins") or {}
     must_pass, must_fail = list(canaries.get("pass") or []), list(canaries.get("fail") or [])
-    if not (must_pass or must_fail):
+    twin_fail = list(twins.get("fail") or [])
+    if not (must_pass or must_fail or twin_fail):
         return []
     why = []
     for cid in must_pass:
@@ -142,16 +146,33 @@ def tamper_evidence(status_map: dict[str, str], exit_code: int | None, deciding:
     for cid in must_fail:
         if cid in status_map and status_map[cid] != "FAILED":
             why.append(f"canary {cid} must fail, reported {status_map[cid]}")
-    missing = [c for c in must_pass + must_fail if c not in status_map]
+    for tid in twin_fail:  # a twin may fail, err or skip where its original does
+        if status_map.get(tid) in _PASSING:
+            why.append(f"twin {tid} of a deciding test must fail, reported {status_map[tid]}")
+    why += _ghosts(status_map, twins.get("renamed") or {})
+    missing = [c for c in must_pass + must_fail + twin_fail if c not in status_map]
     seen = [t for t in deciding if t in status_map]
     if missing and seen:
-        why.append(f"{len(missing)} canaries missing while {len(seen)} deciding tests are reported")
+        why.append(f"{len(missing)} canaries or twins missing while {len(seen)} deciding tests "
+                   "are reported")
     if not missing and len(seen) < len(deciding):
         why.append(f"{len(deciding) - len(seen)} deciding tests missing although the file ran")
-    if exit_code == 0:
-        why.append("the runner exited 0 although a must-fail canary was planted")
-    why += _junit_evidence(status_map, verdict, must_pass + must_fail + seen)
+    if exit_code == 0 and (must_fail or twin_fail):
+        why.append("the runner exited 0 although a must-fail test was planted")
+    why += _junit_evidence(status_map, verdict, must_pass + must_fail + twin_fail + seen)
     return why
+
+
+def _ghosts(status_map: dict[str, str], renamed: dict[str, str]) -> list[str]:
+    """Results the run printed under the original id of a renamed test, which did not run under
+    that name (the log shows them under the secret name: `envs/canary_ids.py`)."""
+    ghosts = sorted(t for t in status_map if function_id(t) in renamed)
+    if not ghosts:
+        return []
+    example = renamed[function_id(ghosts[0])]
+    why = (f"{len(ghosts)} results reported under the name of a renamed deciding test, which did "
+           f"not run under it (e.g. {example})")
+    return [why]
 
 
 def _junit_evidence(status_map: dict[str, str], verdict: dict, ids: list[str]) -> list[str]:

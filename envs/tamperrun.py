@@ -1,10 +1,12 @@
 """The grader's side of tamper evidence, inside a grading container (`envs/tamper.py` decides).
 
-Before the tests: canaries (`envs/canary.py`) are planted in each test file the grader runs,
-from a seed drawn per grading run and never stored; the copies the grader wrote to plant them
+Before the tests: canaries (`envs/canary.py`) are planted in each test file the grader runs, and
+each FAIL_TO_PASS test is renamed and given must-fail twins (`envs/canary_twins.py`), from a seed
+drawn per grading run and never stored; the copies the grader wrote to plant them
 are removed with its other files before the tests start. For the tests: pytest writes a JUnit
-XML report on a stream only the grader reads (`envs/testrun.py`), whose outcomes of the canaries
-and the deciding tests go into the verdict.
+XML report on a stream only the grader reads (`envs/testrun.py`), whose outcomes of the canaries,
+twins and deciding tests go into the verdict; the output and the report name the renamed tests
+by their original ids (`task_view`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import re
 import secrets
 import shlex
 
-from swefleet.envs import canary
+from swefleet.envs import canary, canary_ids, canary_twins
 from swefleet.envs.gradelog import test_files_of
+from swefleet.envs.tamper import junit_outcomes
 
 _READ_CAP = 32 << 20
 _PER_DIR = 3
@@ -30,25 +33,30 @@ def read_bytes(container, workdir: str, path: str) -> bytes | None:
 
 
 def plant_canaries(session, scratch: str, tar_files) -> dict:
-    """Plant canaries in the task's Python test files (the test patch applied); the verdict's
-    `canaries` entry ({} when none could be planted). `tar_files`: the grader's tar builder."""
+    """Plant canaries in the task's Python test files (the test patch applied), and rename each
+    FAIL_TO_PASS test with its twins (`envs/canary_twins.py`); the verdict's `canaries` and
+    `twins` entries ({} when nothing could be planted). `tar_files`: the grader's tar builder."""
     task = session.task
     rng = random.Random(secrets.randbits(128))
-    planted, must_pass, must_fail = {}, [], []
-    for path in _python_test_files(session, rng):
-        if not canary.applies_to(task.log_parser, path):
+    canary_files = [p for p in _python_test_files(session, rng)
+                    if canary.applies_to(task.log_parser, p)]
+    twin_files = _twin_files(task)
+    planted, must_pass, must_fail, twins = {}, [], [], canary_twins.Twins()
+    for path in dict.fromkeys(canary_files + twin_files):
+        text = new = _read_text(session, path)
+        if text is None:
             continue
-        raw = read_bytes(session.container, task.workdir, path)
-        try:
-            text = raw.decode() if raw is not None and len(raw) < _READ_CAP else None
-        except UnicodeDecodeError:
-            text = None
-        done = canary.plant(text, path, rng) if text is not None else None
-        if done is None:
-            continue
-        planted[path] = done[0]
-        must_pass += done[1]
-        must_fail += done[2]
+        if path in twin_files:
+            new, got = canary_twins.plant(new, path, task.FAIL_TO_PASS,
+                                          [*task.FAIL_TO_PASS, *task.PASS_TO_PASS], rng)
+            twins.add(got)
+        done = canary.plant(new, path, rng) if path in canary_files else None
+        if done is not None:
+            new, must_pass, must_fail = done[0], must_pass + done[1], must_fail + done[2]
+        if new != text:
+            planted[path] = new
+    if twins.renamed or twins.kept:
+        session.lines.append(_twins_line(twins))
     if not planted:
         session.lines.append(">>>>> Canaries: none planted")
         return {}
@@ -57,7 +65,56 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     script = " && ".join(f"cat {scratch}/{names[p]} > {shlex.quote(p)}" for p in planted)
     if not session._sh(script, f"canaries planted in {len(planted)} test files"):
         return {}
-    return {"canaries": {"pass": must_pass, "fail": must_fail}}
+    out = {"canaries": {"pass": must_pass, "fail": must_fail}}
+    return {**out, "twins": twins.as_dict()} if twins.renamed else out
+
+
+def _read_text(session, path: str) -> str | None:
+    raw = read_bytes(session.container, session.task.workdir, path)
+    try:
+        return raw.decode() if raw is not None and len(raw) < _READ_CAP else None
+    except UnicodeDecodeError:
+        return None
+
+
+def _twin_files(task) -> list[str]:
+    """The Python files of the task's FAIL_TO_PASS tests that its test command runs (listed,
+    or in a listed directory)."""
+    runs = test_files_of(task)
+    out = []
+    for test_id in task.FAIL_TO_PASS:
+        path = test_id.split("::", 1)[0]
+        if "::" in test_id and canary.applies_to(task.log_parser, path) and any(
+                path == r or path.startswith(r.rstrip("/") + "/") for r in runs):
+            out.append(path)
+    return list(dict.fromkeys(out))
+
+
+def _twins_line(twins: canary_twins.Twins) -> str:
+    """The log's account of the renamed deciding tests (the grader's log, not the sandbox's)."""
+    kept = "; ".join(f"{f} ({why})" for f, why in sorted(twins.kept.items()))
+    return (f">>>>> Twins: {len(twins.renamed)} FAIL_TO_PASS test functions renamed, "
+            f"{canary_twins.TWINS} twins each" + (f"; under their own names: {kept}"[:2000]
+                                                  if kept else ""))
+
+
+def task_view(evidence: dict, output: str, report: bytes, task) -> tuple[str, dict | None]:
+    """The run as the task names its tests: the output with renamed tests under their original
+    ids (`envs/canary_ids.py`), and the JUnit outcomes of the canaries, twins and deciding tests
+    (None: no report) keyed the same way."""
+    twins = evidence.get("twins") or {}
+    renamed = twins.get("renamed") or {}
+    if not report or not evidence:
+        return canary_ids.swap_text(output, renamed), None
+    canaries, deciding = evidence["canaries"], [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+    ids = {*canaries["pass"], *canaries["fail"], *deciding,
+           *canary_ids.report_ids(twins, deciding)}
+    junit = junit_outcomes(report, ids)
+    if junit is not None and renamed:  # an original id absent from the run is no news: dropped
+        swapped = {canary_ids.swap_id(k, renamed): v for k, v in junit.items()}
+        junit = {k: v for k, v in swapped.items()
+                 if v != "missing" or canary_ids.function_id(k) not in renamed}
+    return canary_ids.swap_text(output, renamed), junit
 
 
 def _python_test_files(session, rng: random.Random) -> list[str]:

@@ -92,7 +92,7 @@ def test_tamper_evidence_rules():
     xfailed = {**genuine(), "tests/test_core.py::test_keep": "XFAIL"}
     assert "must pass" in tamper_evidence(xfailed, 1, deciding, CAN)[0]
     hidden = {k: v for k, v in genuine().items() if "drop" not in k}
-    assert "canaries missing" in tamper_evidence(hidden, 1, deciding, CAN)[0]
+    assert "canaries or twins missing" in tamper_evidence(hidden, 1, deciding, CAN)[0]
     gone = {k: v for k, v in genuine().items() if "negative" not in k}
     assert "deciding tests missing" in tamper_evidence(gone, 1, deciding, CAN)[0]
     assert "exited 0" in tamper_evidence({}, 0, deciding, CAN)[0]  # os._exit(0) at import
