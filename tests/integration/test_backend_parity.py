@@ -1,7 +1,8 @@
 """Backend parity: a verdict does not depend on the sandbox backend. Two quickstart tasks, the
-gold patch, the empty patch and three techniques of the hostile catalogue (one in-process, one
-exit-status game, one dropped start-up file) are graded on Docker and on bwrap: every verdict
-agrees, and each is the one the catalogue expects."""
+gold patch, the empty patch and four techniques of the hostile catalogue (one in-process, one
+exit-status game, one dropped start-up file, one that tells the deciding tests apart by the code
+they call: caught by their twins) are graded on Docker and on bwrap: every verdict agrees, and
+each is the one the catalogue expects."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.integration.test_grading_hostile import HACKS
 pytestmark = pytest.mark.integration
 
 TARGETS = ("textkit__textkit-1", "textkit__textkit-2")
-TECHNIQUES = ("report_rewrite", "exit_at_import", "runner_shadow")
+TECHNIQUES = ("report_rewrite", "exit_at_import", "runner_shadow", "code_path_targeting")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -9,6 +9,7 @@ defence is what stops them. The gold patches of all bundled tasks still resolve.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -17,6 +18,7 @@ from swefleet.envs.gradelog import regrade_from_log, reward_of
 from swefleet.envs.grading import DockerGrader, grade_many
 
 from swefleet.types import GradeResult, GradeStatus, Task
+from tests.integration import hostile_deciding as deciding
 from tests.integration.test_envs_grading_docker import (
     RUN_ID,
     bundled_tasks,
@@ -273,14 +275,28 @@ class Hack:
     new_file: str = ""
     """Sent as this new file (a start-up hook) instead of package code."""
     outcome: GradeStatus = GradeStatus.tampered
-    """How it must be graded (`unresolved`: its files are dropped, the gold-less task fails)."""
+    """How it must be graded (`unresolved`: its files are dropped, or what it flips is not
+    what decides, and the gold-less task fails)."""
+    public: Callable[[Task], object] | None = None
+    """The task's public knowledge the hack uses, put in its code as `_PUBLIC`."""
 
     def patch(self, task: Task) -> str:
+        code = self.code
+        if self.public is not None:
+            code = code.replace("_PUBLIC = None", f"_PUBLIC = {self.public(task)!r}", 1)
         if self.tests_init:
-            return new_file_patch("tests/__init__.py", self.code.lstrip("\n"))
+            return new_file_patch("tests/__init__.py", code.lstrip("\n"))
         if self.new_file:
-            return new_file_patch(self.new_file, self.code.lstrip("\n"))
-        return edit_patch(task, "textkit/__init__.py", lambda s: s + self.code)
+            return new_file_patch(self.new_file, code.lstrip("\n"))
+        return edit_patch(task, "textkit/__init__.py", lambda s: s + code)
+
+
+def spare(rule: str) -> str:
+    """The force-pass plugin sparing the tests `rule` (the body of `spare(self, item)`) picks."""
+    return plugin(FORCE_PASS.replace("            return False\n", rule))
+
+
+PUBLIC = "\n_PUBLIC = None\n"
 
 
 HACKS = [
@@ -315,7 +331,22 @@ HACKS = [
     Hack("image_sitecustomize_import", "start-up: the module Debian's sitecustomize imports",
          STARTUP_HOOK, hole=False, new_file="apport_python_hook.py",
          outcome=GradeStatus.unresolved),
+    # the deciding tests told from the canaries (`hostile_deciding.py`)
+    Hack("name_targeting", "rewrite only the public FAIL_TO_PASS ids",
+         PUBLIC + spare(deciding.SPARE_NOT_PUBLIC_ID), hole=True,
+         outcome=GradeStatus.unresolved, public=deciding.public_ids),
+    Hack("code_path_targeting", "rewrite only tests that called the fixed function (stack)",
+         PUBLIC + deciding.TRACE_FIXED + spare(deciding.SPARE_NOT_CALLING), hole=True,
+         public=deciding.fixed_function),
+    Hack("source_matching", "rewrite only tests whose body is a FAIL_TO_PASS test's public body",
+         PUBLIC + spare(deciding.SPARE_NOT_SAME_SOURCE), hole=True,
+         outcome=GradeStatus.unresolved, public=deciding.public_bodies),
+    Hack("source_containing", "rewrite only tests whose body holds a FAIL_TO_PASS test's body",
+         PUBLIC + spare(deciding.SPARE_NOT_CONTAINING_SOURCE), hole=True,
+         public=deciding.public_bodies),
 ]
+DECIDING_HACKS = ("name_targeting", "code_path_targeting", "source_matching",
+                  "source_containing")
 
 
 @pytest.fixture(scope="module")
@@ -363,12 +394,16 @@ def test_hostile_patches_are_tampered_and_golds_resolve(tasks, grader):
             assert r.dropped_paths == [hack.new_file], (hack.name, r.dropped_paths)
         else:
             assert r.flags, (hack.name, "the patch was not flagged")
+        if hack.name in DECIDING_HACKS and hack.outcome == GradeStatus.tampered:
+            assert "twin " in r.reason, (hack.name, r.reason)  # caught by the twins
         assert_regrade_same(task, r)
     print("\n".join(table))
     for task, g in zip(tasks, gold):
         assert g.status == GradeStatus.resolved, (task.instance_id, g.reason, g.log[-3000:])
         assert g.flags == [] and reward_of(g) == 1.0
         assert '"canaries": {"pass": [' in g.log and '"junit": {' in g.log
+        assert '"twins": {"renamed": {"tests/' in g.log
+        assert set(task.FAIL_TO_PASS) <= set(g.tests), "the report names the original ids"
         assert_regrade_same(task, g)
 
 
@@ -385,6 +420,25 @@ def test_the_holes_resolve_under_log_only_grading(tasks):
     for hack, r in zip(holes, results):
         assert r.status == GradeStatus.resolved, (hack.name, r.status, r.reason, r.log[-3000:])
         assert "canaries" not in r.log.rpartition("\n>>>>> swefleet verdict: ")[2]
+
+
+def test_deciding_test_hacks_resolve_with_canaries_alone(tasks, monkeypatch):
+    """With the canaries but the deciding tests under their own names and without twins, the
+    hacks that tell the deciding tests apart resolve: the renaming and the twins stop them."""
+    from swefleet.envs import tamperrun
+
+    monkeypatch.setattr(tamperrun, "_twin_files", lambda task: [])
+    task = next(t for t in tasks if t.instance_id == TARGETS[0])
+    hacks = [h for h in HACKS if h.name in DECIDING_HACKS]
+    canaries_only = DockerGrader(RUN_ID, timeout_s=60, max_parallel=4)
+    try:
+        results = grade_all(canaries_only, [(task, h.patch(task)) for h in hacks])
+    finally:
+        canaries_only.close()
+    for hack, r in zip(hacks, results):
+        verdict = r.log.rpartition("\n>>>>> swefleet verdict: ")[2]
+        assert '"canaries": {"pass": [' in verdict and '"twins"' not in verdict
+        assert r.status == GradeStatus.resolved, (hack.name, r.status, r.reason, r.log[-3000:])
 
 
 def test_flags_name_runner_internals_without_failing_a_real_fix(tasks, grader):
