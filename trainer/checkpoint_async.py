@@ -2,7 +2,8 @@
 
 `AsyncCheckpointer.save` holds the step loop only to wait for the previous save (one save at a
 time) and to copy the state into host memory (`dcp.async_save` with a blocking stager: on CUDA
-pinned buffers kept from save to save, so the copy runs at PCIe speed; on CPU a fresh copy). A
+pinned buffers kept from save to save, so the copy runs at PCIe speed; on CPU a fresh copy). The
+pinned buffers are allocated after the first step (`warm`), not on the first checkpoint's step. A
 worker thread then writes the copy (DCP: every rank its shard, over a gloo group of its own, so
 the step's collectives never wait on it); rank 0 waits until the weights version of the same
 step is durable (a resume from checkpoint n needs version n) and commits
@@ -62,6 +63,8 @@ class AsyncCheckpointer:
         """Seconds the newest finished save took after `save` returned."""
         self.dropped = 0
         """Saves dropped for a full disk."""
+        self.warm_s: float | None = None
+        """Seconds `warm` took (pinning the staging buffers), once it ran."""
 
     def save(self, policy: titan.Policy, optimizer: torch.optim.Optimizer, step: int,
              meta: dict | None = None, after: Iterable[Future] = ()) -> None:
@@ -85,6 +88,20 @@ class AsyncCheckpointer:
             self.pending = self.pool.submit(self._finish, write, step, meta, list(after),
                                             time.monotonic())
         self.blocking_s += time.monotonic() - t0
+
+    def warm(self, policy: titan.Policy, optimizer: torch.optim.Optimizer) -> None:
+        """Allocate the pinned host buffers now (once; a stage into them, nothing written):
+        the first checkpoint then only copies, instead of pinning gigabytes on its step."""
+        if self.warm_s is not None or self.stager is None:
+            return
+        if not self.stager.cache_staged_state_dict:
+            self.warm_s = 0.0
+            return
+        t0 = time.monotonic()
+        self.wait()
+        self.stager.stage(ckpt.state_dict(policy, optimizer))
+        self.warm_s = time.monotonic() - t0
+        log.info("checkpoint staging buffers pinned in %.2fs", self.warm_s)
 
     def _finish(self, write: Future | None, step: int, meta: dict | None,
                 after: list[Future], started: float) -> None:

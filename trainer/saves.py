@@ -58,10 +58,14 @@ class Saves:
 
     def after_step(self, policy: titan.Policy, optimizer: torch.optim.Optimizer, step: int,
                    exporter) -> None:
-        """Checkpoint version `step + 1` when `checkpoint_every` says so."""
+        """Checkpoint version `step + 1` when `checkpoint_every` says so; after the first step
+        (the optimizer's state now exists), allocate the host buffers checkpoints are staged
+        into, so that no checkpoint step pays for them."""
         every = self.job.trainer.checkpoint_every
         if every and (step + 1) % every == 0:
             self.checkpoint(policy, optimizer, step + 1, exporter)
+        elif self.checkpointer is not None:
+            self.checkpointer.warm(policy, optimizer)
 
     def checkpoint(self, policy: titan.Policy, optimizer: torch.optim.Optimizer, step: int,
                    exporter) -> None:
