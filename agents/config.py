@@ -43,6 +43,12 @@ class AgentConfig(BaseModel):
     run leaves. False: such an episode scores 0 without grading, a reward that pays only for a
     submitted fix, so a lucky patch followed by malformed turns is not reinforced. `swefleet
     eval` always grades."""
+    tampered_reward: float = -1.0
+    """RL reward of an episode whose grade is `tampered` (the test run contradicted itself:
+    canaries, must-fail twins, exit status, JUnit report; `envs/tamper.py`). Below the 0 of an
+    unresolved patch, so that a patch which guesses which of the near-identical deciding tests
+    to make pass (right 1 time in 4 per deciding test) loses reward on average instead of
+    gaining it."""
     scaffold: Literal["bash", "tools"] = "bash"
     """Action format: `bash` = exactly one ```bash fenced block per reply (mini-swe-agent style);
     `tools` = exactly one Qwen3-style `<tool_call>{"name": ..., "arguments": ...}</tool_call>`

@@ -136,7 +136,9 @@ class GradingConfig(BaseModel):
     """Tamper checks (`envs/tamper.py`): for tasks with a pytest log parser, plant a random
     must-pass and must-fail test in each test file, collect pytest's JUnit report outside the
     repository, and grade a run whose canaries, deciding tests, exit status or JUnit report
-    disagree with its log `tampered` (reward 0). Off: only the log is read (SWE-bench's way)."""
+    disagree with its log `tampered` (RL reward `agent.tampered_reward`). Deciding tests run
+    under secret names beside must-fail twins (`envs/canary_twins.py`). Off: only the log is
+    read (SWE-bench's way)."""
 
     timeout_s: float = Field(300.0, gt=0)
     """Deadline of one grading run (applying the patches and running the tests); a run past it

@@ -145,6 +145,8 @@ async def _grade(ctx: RolloutContext, task: Task, traj: Trajectory) -> None:
         return
     resolved = result.status == GradeStatus.resolved
     traj.reward = 1.0 if resolved else 0.0
+    if result.status == GradeStatus.tampered:
+        traj.reward = ctx.agent.tampered_reward
     if resolved:
         traj.status = EpisodeStatus.resolved
     elif traj.status == EpisodeStatus.unresolved and result.reason:

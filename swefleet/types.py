@@ -44,7 +44,7 @@ class GradeStatus(StrEnum):
     tampered = "tampered"
     """The test run was not the run that happened: a canary test had the wrong outcome, a
     deciding test vanished, or the exit status / JUnit report contradict the log
-    (`envs/tamper.py`); reward 0."""
+    (`envs/tamper.py`); RL reward `agent.tampered_reward`."""
 
 
 class GradeCause(StrEnum):
@@ -63,7 +63,8 @@ class GradeCause(StrEnum):
     """The suite did not run, or its exit status contradicts a log without failures: status
     `error`, reward 0 (SWE-bench: ambiguous)."""
     tampered = "tampered"
-    """The test run contradicted itself (`envs/tamper.py`): status `tampered`, reward 0."""
+    """The test run contradicted itself (`envs/tamper.py`): status `tampered`, RL reward
+    `agent.tampered_reward` (-1 by default)."""
     infra = "infra"
     """The grading itself failed (Docker, daemon, lost or truncated log, test files not reset):
     status `error`; says nothing about the patch, never scored, retried or excluded."""

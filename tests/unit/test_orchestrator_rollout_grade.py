@@ -26,14 +26,15 @@ class _Grader:
     (GradeStatus.error, GradeCause.infra, EpisodeStatus.infra_error, None),
     (GradeStatus.error, GradeCause.no_suite, EpisodeStatus.unresolved, 0.0),
     (GradeStatus.error, GradeCause.patch_failed, EpisodeStatus.unresolved, 0.0),
-    (GradeStatus.tampered, GradeCause.tampered, EpisodeStatus.unresolved, 0.0),
+    (GradeStatus.tampered, GradeCause.tampered, EpisodeStatus.unresolved, -1.0),
     (GradeStatus.resolved, GradeCause.tests, EpisodeStatus.resolved, 1.0),
 ])
 async def test_only_an_infra_cause_is_an_infra_error(status, cause, episode, reward):
     grade = GradeResult(instance_id="t1", status=status, cause=cause, reason="infra-ish text")
     traj = Trajectory(episode_id="e", task_id="t1", status=EpisodeStatus.unresolved,
                       model_patch="diff")
-    await _grade(SimpleNamespace(grader=_Grader(grade), gold_canary=None), TASK, traj)
+    ctx = SimpleNamespace(grader=_Grader(grade), gold_canary=None, agent=AgentConfig())
+    await _grade(ctx, TASK, traj)
     assert (traj.status, traj.reward, traj.grade) == (episode, reward, grade)
     if episode != EpisodeStatus.resolved:
         assert traj.reason == "infra-ish text"
@@ -60,3 +61,14 @@ async def test_unsubmitted_episodes_are_graded_only_when_configured(
     traj = Trajectory(episode_id="e", task_id="t1", status=status, model_patch="diff")
     await _score(ctx, TASK, traj)
     assert (grader.calls, traj.status, traj.reward) == (graded, episode, reward)
+
+
+async def test_a_tampered_grade_costs_the_configured_reward():
+    grade = GradeResult(instance_id="t1", status=GradeStatus.tampered, cause=GradeCause.tampered)
+    traj = Trajectory(episode_id="e", task_id="t1", status=EpisodeStatus.unresolved,
+                      model_patch="diff")
+    ctx = SimpleNamespace(grader=_Grader(grade), gold_canary=None,
+                          agent=AgentConfig(tampered_reward=-0.5))
+    await _grade(ctx, TASK, traj)
+    assert traj.reward == -0.5
+
