@@ -13,7 +13,7 @@ from swefleet.inference.launch import start_embedded_server
 from swefleet.inference.testing import tiny_checkpoint
 
 from swefleet.weight_transfer import read_marker
-from tests.integration.test_weight_sync_shared import greedy
+from tests.integration.test_weight_sync_nccl import greedy
 
 pytestmark = [
     pytest.mark.gpu,

@@ -15,18 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient
 
 from swefleet.weight_transfer import ack_path, marker_path, read_marker
+from tests.integration.test_weight_sync_nccl import greedy
 
 pytestmark = pytest.mark.integration
-
-PROMPT = [11, 42, 7, 300, 5, 99]
-
 
 @pytest.fixture(scope="module")
 def policy(model_dir):
@@ -42,15 +39,6 @@ def nudge(policy, seed: int) -> None:
     with torch.no_grad():
         for p in policy.model.parameters():
             p.add_(0.3 * p.float().std() * torch.randn(p.shape, generator=g))
-
-
-def greedy(url: str) -> tuple[list[int], list[float], int]:
-    body = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0.0, "logprobs": 0,
-            "return_token_ids": True}
-    with httpx.Client(trust_env=False, timeout=60) as http:
-        answer = http.post(f"{url}/v1/completions", json=body).json()
-    choice = answer["choices"][0]
-    return choice["token_ids"], choice["logprobs"]["token_logprobs"], answer["policy_version"]
 
 
 def sharer(weights: Path, ack_timeout_s: float = 30.0):
