@@ -78,6 +78,10 @@ def main() -> None:
     p.add_argument("--long", type=int, default=0, metavar="K",
                    help="restore at turn K of scripted episodes of K+2 turns, against re-running "
                         "them to turn K and snapshots, on both backends (benchmarks/replay_long.py)")
+    p.add_argument("--test-every", type=int, default=0, metavar="N",
+                   help="--long: the scripted episodes run the task's tests every N turns")
+    p.add_argument("--thought-words", type=int, default=0, metavar="W",
+                   help="--long: W words of reasoning before each scripted command")
     p.add_argument("run_dir", nargs="?", default="", help="run folder (default: record one)")
     p.add_argument("--episodes", type=int, default=10, help="episodes restored, at most")
     p.add_argument("--tasks", type=int, default=2, help="tasks of the recorded oracle run")
@@ -88,7 +92,8 @@ def main() -> None:
         sys.path.insert(0, str(REPO))
         from benchmarks.replay_long import long_main
 
-        return long_main(args.long, args.tasks, args.backend)
+        return long_main(args.long, args.tasks, args.backend, args.test_every,
+                         args.thought_words)
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(args.run_dir) if args.run_dir else Path(tmp) / "oracle-run"
         if not args.run_dir:

@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def long_main(turn: int, n_tasks: int, backend: str) -> None:
+def long_main(turn: int, n_tasks: int, backend: str, test_every: int = 0,
+              thought_words: int = 0) -> None:
     from swefleet.app.replay_run import load_run
     from swefleet.app.replay_scripted_run import record_scripted_run
 
@@ -45,7 +46,8 @@ def long_main(turn: int, n_tasks: int, backend: str) -> None:
         run = Path(tmp) / "long-run"
         t0 = time.monotonic()
         record_scripted_run(run, REPO / "envs/data/quickstart/tasks.jsonl", n=n_tasks,
-                            turns=turn + 2, apply_at=1)
+                            turns=turn + 2, apply_at=1, test_every=test_every,
+                            thought_words=thought_words)
         print(f"recorded {n_tasks} episodes of {turn + 2} turns in {time.monotonic() - t0:.1f} s",
               flush=True)
         loaded = load_run(run)

@@ -39,8 +39,9 @@ LABEL_KIND = "swefleet.kind"
 LABEL_SOURCE = "swefleet.derived_from"
 DERIVED_REPO = "swefleet-derived"
 AGENT_UID = 1000
-#: `swefleet.kind` of the images swefleet builds with the workdir owned by `agent`.
-SWEFLEET_BUILT = ("task", "repo", "derived")
+#: `swefleet.kind` of the images swefleet builds with the workdir owned by `agent` (a replay
+#: snapshot is a committed sandbox of one of them, or of a derived layer).
+SWEFLEET_BUILT = ("task", "repo", "derived", "replay-snapshot")
 
 #: Run as root in the build: add `agent` (uid 1000), give it the workdir, trust every repo.
 _RECIPE = r"""set -e

@@ -27,23 +27,39 @@ MAX_TOKENS_PER_TURN = 32
 """`agent.max_tokens_per_turn` recorded in the run's config: what a continuation asks for."""
 
 
-def scripted_replies(patch: str, turns: int, apply_at: int) -> list[str]:
-    """The `turns` replies of one episode: reading commands, the gold patch at `apply_at`,
-    the submission last."""
+THOUGHT = ["the", "failing", "behaviour", "points", "at", "this", "module", "so", "I", "read",
+           "it", "and", "its", "tests", "first", "and", "then", "check", "what", "the", "last",
+           "command", "showed", "before", "I", "change", "anything"]
+"""Words of the reasoning that precedes each command with `thought_words` (in a cycle)."""
+
+
+def scripted_replies(patch: str, turns: int, apply_at: int, test_command: str = "",
+                     test_every: int = 0, thought_words: int = 0) -> list[str]:
+    """The `turns` replies of one episode: reading commands (every `test_every`-th turn runs
+    `test_command` instead, as agents run the tests), the gold patch at `apply_at`, the
+    submission last; each after `thought_words` words of reasoning, as agents write."""
     from swefleet.agents.scaffolds import SUBMIT_SENTINEL
     from swefleet.trainer.sft_oracle import apply_command
 
     if not 0 <= apply_at < turns - 1:
         raise ValueError(f"apply_at={apply_at} must be a turn before the last of {turns}")
     commands = [READING[i % len(READING)] for i in range(turns - 1)]
+    if test_every:
+        for i in range(test_every - 1, turns - 1, test_every):
+            commands[i] = test_command
     commands[apply_at] = apply_command(patch)
-    return [f"```bash\n{c}\n```" for c in [*commands, f"echo {SUBMIT_SENTINEL}"]]
+    thought = " ".join(THOUGHT[i % len(THOUGHT)] for i in range(thought_words))
+    head = f"THOUGHT: {thought}\n\n" if thought else ""
+    return [f"{head}```bash\n{c}\n```" for c in [*commands, f"echo {SUBMIT_SENTINEL}"]]
 
 
 def record_scripted_run(out_dir: Path, tasks_file: str | Path, n: int = 1, turns: int = 12,
-                        apply_at: int = 1, backend: str = "docker") -> RunConfig:
+                        apply_at: int = 1, backend: str = "docker",
+                        test_every: int = 0, thought_words: int = 0) -> RunConfig:
     """Record one scripted episode for each of the first `n` tasks of `tasks_file` in
-    `out_dir` (created), with the tiny model as the run's policy; returns the run's config."""
+    `out_dir` (created), with the tiny model as the run's policy; returns the run's config.
+    `test_every`: every that many turns the episode runs the task's tests (0: never);
+    `thought_words`: the reasoning before each command (`scripted_replies`)."""
     from swefleet.agents.export import append_trajectories
     from swefleet.agents.tokenizer import Tokenizer
     from swefleet.tinymodel import create_tiny_model
@@ -57,28 +73,31 @@ def record_scripted_run(out_dir: Path, tasks_file: str | Path, n: int = 1, turns
     cfg.agent.context_budget_tokens = 16384
     out_dir.mkdir(parents=True, exist_ok=True)
     weights = create_tiny_model(out_dir / "weights" / "v000000")
-    trajs = asyncio.run(_episodes(cfg, Tokenizer.from_dir(weights), turns, apply_at))
+    shape = (turns, apply_at, test_every, thought_words)
+    trajs = asyncio.run(_episodes(cfg, Tokenizer.from_dir(weights), shape))
     (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
     append_trajectories(trajs, out_dir / "episodes.jsonl")
     return cfg
 
 
-async def _episodes(cfg: RunConfig, tokenizer, turns: int, apply_at: int) -> list:
+async def _episodes(cfg: RunConfig, tokenizer, shape: tuple) -> list:
     from swefleet.app.rl import prepare_tasks
     from swefleet.envs.backends import make_farm
 
     tasks = await asyncio.to_thread(prepare_tasks, cfg)
     async with make_farm(f"{cfg.name}-scripted-{uuid.uuid4().hex[:8]}", cfg.envs) as farm:
-        return list(await asyncio.gather(*(_episode(t, farm, tokenizer, cfg, turns, apply_at)
+        return list(await asyncio.gather(*(_episode(t, farm, tokenizer, cfg, shape)
                                            for t in tasks)))
 
 
-async def _episode(task, farm, tokenizer, cfg: RunConfig, turns: int, apply_at: int):
+async def _episode(task, farm, tokenizer, cfg: RunConfig, shape: tuple):
     from swefleet.agents.loop import run_episode
     from swefleet.agents.scripted import ScriptedModel
     from swefleet.types import EpisodeStatus
 
-    replies = scripted_replies(task.patch, turns, apply_at)
+    turns, apply_at, test_every, thought_words = shape
+    tests = f"{task.test_cmd} {' '.join(task.test_files)} 2>&1 | tail -3"
+    replies = scripted_replies(task.patch, turns, apply_at, tests, test_every, thought_words)
     longest = max(len(tokenizer.encode(r)) + 1 for r in replies)
     agent = cfg.agent.model_copy(update={"max_tokens_per_turn": longest})
     model = ScriptedModel(tokenizer, replies, logprob=-0.1)

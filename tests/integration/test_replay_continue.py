@@ -78,6 +78,7 @@ def test_snapshot_restores_the_same_state_and_no_keep_leaves_nothing(run_dir, tm
     parent = _parent(run_dir)
     base = ("--episode", parent["episode_id"], "--turn", 2, "--no-shell", "--backend", backend,
             "--via", "snapshot")
+    derived = _derived_images()
     records = []
     for i, extra in enumerate([(), ("--no-keep",)]):  # takes it, then restores from it
         out = tmp_path / f"{i}.json"
@@ -93,6 +94,13 @@ def test_snapshot_restores_the_same_state_and_no_keep_leaves_nothing(run_dir, tm
     assert used["patch"] == made["patch"] == parent["model_patch"]
     assert not snap.bwrap_run_snapshots(run_dir)
     assert not snap.docker_run_snapshots(run_dir)
+    assert _derived_images() == derived  # a snapshot runs as it is: no layer derived from it
+
+
+def _derived_images() -> set[str]:
+    from swefleet.envs.containers import docker_client
+
+    return {i.id for i in docker_client().images.list(filters={"label": "swefleet.kind=derived"})}
 
 
 def test_drop_snapshots_removes_the_kept_ones(run_dir):
