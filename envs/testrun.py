@@ -23,6 +23,11 @@ from swefleet.envs.protocol import InfraError
 REPORT_FD = 3
 _REPORT_CAP = 32 << 20
 _DRAIN_S = 2.0
+#: After a container's test command ended: its stream is read on while data keeps coming (a
+#: remote engine's tunnel delivers the tail late under load), until it is quiet this long...
+_DRAIN_QUIET_S = 5.0
+#: ... or this long at most (processes the tests left may hold it open and keep writing).
+_DRAIN_MAX_S = 30.0
 
 
 @dataclass
@@ -101,10 +106,12 @@ def run_in_container(container, script: str, budget_s: float, workdir: str,
     exec_id = api.exec_create(container.id, cmd, workdir=workdir)["Id"]
     stream = api.exec_start(exec_id, stream=True, demux=True)
     output, report, failed = CappedOutput(log_cap), Report(), []
+    last = [time.monotonic()]  # when data came last
 
     def read():
         try:
             for out, err in stream:
+                last[0] = time.monotonic()
                 if out:
                     output.feed(out)
                 if err:
@@ -115,7 +122,7 @@ def run_in_container(container, script: str, budget_s: float, workdir: str,
     reader = threading.Thread(target=read, name="swefleet-grade-read", daemon=True)
     reader.start()
     exit_code = _wait_exec(api, exec_id, time.monotonic() + budget_s + 15)
-    reader.join(_DRAIN_S)
+    _drain(reader, last)
     killed = reader.is_alive() or exit_code is None
     if killed:  # processes it left hold the streams open
         container.kill()  # removed by the caller
@@ -123,6 +130,15 @@ def run_in_container(container, script: str, budget_s: float, workdir: str,
     if failed and not killed:
         raise InfraError(f"lost the tests' output stream: {type(failed[0]).__name__}: {failed[0]}")
     return TestRun(exit_code, output.text(), report.value())
+
+
+def _drain(reader: threading.Thread, last: list[float]) -> None:
+    """Until the stream ends, goes quiet for `_DRAIN_QUIET_S`, or `_DRAIN_MAX_S` passed."""
+    end = time.monotonic() + _DRAIN_MAX_S
+    while reader.is_alive() and time.monotonic() < end:
+        reader.join(0.2)
+        if time.monotonic() - last[0] > _DRAIN_QUIET_S:
+            return
 
 
 def _wait_exec(api, exec_id: str, backstop: float) -> int | None:
