@@ -61,7 +61,7 @@ def docker_commit(container_id: str, tag: str, run_root: Path, task_image: str) 
     changes = [f"LABEL {LABEL_KIND}={KIND}", f'LABEL {LABEL_RUN}="{run_label(run_root)}"']
     repository, name = tag.split(":", 1)
     client.api.commit(container_id, repository=repository, tag=name, changes=changes,
-                      pause=True)
+                      pause=False)  # the sandbox is idle between commands
     return docker_added_bytes(tag, task_image)
 
 

@@ -105,8 +105,14 @@ def test_ctrl_c_removes_the_sandbox(run_dir, tmp_path):
 
     run = _copy_with(run_dir, tmp_path / "run", slow)
     ep = _episodes(run)[0]["episode_id"]
-    proc = subprocess.Popen([SWEFLEET, "replay", str(run), "--episode", ep, "--no-shell"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as in a terminal: a suite started in the background inherits SIGINT ignored, and
+    # so would the command; a handler here becomes the default disposition across exec
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([SWEFLEET, "replay", str(run), "--episode", ep, "--no-shell"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 60
     while not _owned_by(proc.pid) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
