@@ -65,34 +65,31 @@ class WeightUpdater:
     async def _load_everywhere(
         self, targets: list[ServerState], version: int, path: str, abort: bool
     ) -> None:
-        async with asyncio.timeout(self.cfg.update_timeout_s):
-            results = await asyncio.gather(
-                *(self.update_one(s, version, path, abort) for s in targets),
-                return_exceptions=True,
-            )
-        errors = [f"{r!r}" for r in results if isinstance(r, BaseException)]
-        self.pool.totals["weight_updates"] += 1
-        if errors:
-            raise WeightUpdateError(
-                f"update to v{version} failed on {len(errors)} server(s): " + "; ".join(errors)
-            )
+        await self._on_every(targets, f"update to v{version}",
+                             lambda s: self.update_one(s, version, path, abort))
 
     async def _share_everywhere(self, targets: list[ServerState], marker: BroadcastMarker,
                                 path: Path, abort: bool) -> None:
         """Every server copies the version from the trainer's shared buffer; then the trainer
         may reuse the buffer (`ack_path`), whatever the outcome (the readers are done)."""
         try:
-            async with asyncio.timeout(self.cfg.update_timeout_s):
-                results = await asyncio.gather(
-                    *(self.share_one(s, marker, abort) for s in targets), return_exceptions=True)
+            await self._on_every(targets, f"shared update to v{marker.version}",
+                                 lambda s: self.share_one(s, marker, abort))
         finally:
             await asyncio.to_thread(write_text_atomic, ack_path(path.parent, marker.version), "")
+
+    async def _on_every(self, targets: list[ServerState], what: str, update) -> None:
+        """`update(server)` on every target at once, within `update_timeout_s`; one error
+        naming every server that failed."""
+        async with asyncio.timeout(self.cfg.update_timeout_s):
+            results = await asyncio.gather(*(update(s) for s in targets), return_exceptions=True)
         errors = [f"{s.url}: {r!r}" for s, r in zip(targets, results)
                   if isinstance(r, BaseException)]
         self.pool.totals["weight_updates"] += 1
         if errors:
-            raise WeightUpdateError(f"shared update to v{marker.version} failed on "
-                                    f"{len(errors)} server(s): " + "; ".join(errors))
+            raise WeightUpdateError(
+                f"{what} failed on {len(errors)} server(s): " + "; ".join(errors)
+            )
 
     async def share_one(self, server: ServerState, marker: BroadcastMarker, abort: bool) -> None:
         """One server copies `marker`'s version from the shared buffer."""
