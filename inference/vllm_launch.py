@@ -158,6 +158,11 @@ class VLLMEngineArgs(BaseModel):
     stream_interval: int = Field(1, ge=1)
     """Tokens per streamed chunk (`--stream-interval`): fewer, larger chunks when the fleet
     streams (`inference.first_token_timeout_s`); the first token is still sent at once."""
+    model_runner: Literal["auto", "v1", "v2"] = "auto"
+    """vLLM's GPU model runner (`VLLM_USE_V2_MODEL_RUNNER`): `auto`, vLLM's choice (V2 for
+    dense models); `v1` starts faster: V2 JIT-compiles its Triton kernels after the CUDA graphs
+    are captured, at every start (about 15 s on one H200 for the 0.6B preset), V1 has no such
+    step (docs/benchmarks.md, "Restart of a killed vLLM server")."""
     seed: int = 0
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
@@ -340,6 +345,8 @@ def serve_command(
     """Full argv and the extra environment of the `index`-th server of this profile."""
     argv = [executable or vllm_executable(), "serve", cfg.model, *serve_args(cfg, port)]
     env = dict(SERVER_ENV)
+    if cfg.model_runner != "auto":
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if cfg.model_runner == "v2" else "0"
     if cfg.disagg is not None:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = cfg.host
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(cfg.disagg.side_channel_base_port + index)

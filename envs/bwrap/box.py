@@ -271,9 +271,9 @@ class Box:
             self.init.kill()
             await self.init.wait()
         for _ in range(500):  # PID 1 goes last, once the kernel killed the whole namespace
-            if self.pid == 0 or not os.path.exists(f"/proc/{self.pid}"):
+            if self.pid == 0 or _exited(self.pid):
                 break
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.005)
         for proc in self.procs:
             try:
                 await asyncio.to_thread(proc.wait, 10)
@@ -287,6 +287,18 @@ class Box:
         if self.outer_ns >= 0:
             os.close(self.outer_ns)
             self.outer_ns = -1
+
+
+def _exited(pid: int) -> bool:
+    """Whether `pid` has ended: gone, or a zombie. A namespace's PID 1 becomes a zombie only
+    after the kernel has killed and reaped every other process of its namespace; its outer
+    bwrap is dead by then, so the zombie waits for the host's init to reap it, which can take
+    seconds (1-2 s per sandbox on some hosts: most of a grade's time)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat.rpartition(b")")[2].split()[:1] in ([b"Z"], [b"X"])
 
 
 def _outer_userns(pid: int) -> int:

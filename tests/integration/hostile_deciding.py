@@ -13,8 +13,12 @@ import textwrap
 
 from swefleet.types import Task
 
-#: The package function each target task's gold patch fixes (what the issue names).
-FIXED = {"textkit__textkit-1": "slugify", "textkit__textkit-2": "wrap"}
+#: The package function each quickstart task's gold patch fixes (what the issue names; where the
+#: fix is a shared constant or helper, the public function the first deciding test calls).
+FIXED = {"textkit__textkit-1": "slugify", "textkit__textkit-2": "wrap",
+         "textkit__textkit-3": "parse_duration", "textkit__textkit-4": "parse_ranges",
+         "textkit__textkit-5": "truncate", "textkit__textkit-6": "format_ranges",
+         "textkit__textkit-7": "snake_case"}
 
 # --- by name: spare every test but the public FAIL_TO_PASS ids -------------------------------
 SPARE_NOT_PUBLIC_ID = """\

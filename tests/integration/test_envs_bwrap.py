@@ -45,15 +45,23 @@ async def _make(task, config: FarmConfig = CFG):
 
 
 def _pids_in_namespace(ns: str) -> list[int]:
+    """The processes of PID namespace `ns` that still run (a zombie, such as a closed box's
+    PID 1 that the host's init has not reaped yet, runs nothing and holds no file)."""
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if os.readlink(f"/proc/{entry.name}/ns/pid") == ns:
+                if (os.readlink(f"/proc/{entry.name}/ns/pid") == ns
+                        and not _is_zombie(int(entry.name))):
                     pids.append(int(entry.name))
             except OSError:
                 pass
     return pids
+
+
+def _is_zombie(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return stat.rpartition(b")")[2].split()[0] == b"Z"
 
 
 async def test_isolation_and_persistent_shell(envs_tiny_task):

@@ -71,6 +71,7 @@ PROFILES = {
         return_routed_experts=True,
         api_server_count=4,
         stream_interval=16,
+        model_runner="v1",
     ),
     "no_prefix_cache": VLLMConfig(model=MODEL, enable_prefix_caching=False),
     "offload_cpu": VLLMConfig(model=MODEL, kv_offload=KVOffloadConfig(cpu_gib=64)),

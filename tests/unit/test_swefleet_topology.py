@@ -206,3 +206,13 @@ def test_missing_vllm_is_one_line(tmp_path):
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)
     assert missing_executable(str(script)) is None
+
+
+def test_model_runner_choice_reaches_the_server_environment():
+    """`model_runner`: `auto` leaves vLLM's choice alone; `v1`/`v2` set the variable vLLM reads
+    (its name is checked against vLLM's own `envs.py` in test_inference_vllm_args.py)."""
+    for choice, value in [("auto", None), ("v1", "0"), ("v2", "1")]:
+        profile = launch_profile(VLLMLaunch(model_runner=choice), "/m", served_model_name="p",
+                                 host="127.0.0.1", gpu_memory_utilization=0.3)
+        _, profile_env = serve_command(profile, 8123, executable="/opt/vllm")
+        assert profile_env.get("VLLM_USE_V2_MODEL_RUNNER") == value
