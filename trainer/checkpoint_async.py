@@ -65,6 +65,7 @@ class AsyncCheckpointer:
         """Saves dropped for a full disk."""
         self.warm_s: float | None = None
         """Seconds `warm` took (pinning the staging buffers), once it ran."""
+        self._warm_reported = False
 
     def save(self, policy: titan.Policy, optimizer: torch.optim.Optimizer, step: int,
              meta: dict | None = None, after: Iterable[Future] = ()) -> None:
@@ -88,6 +89,12 @@ class AsyncCheckpointer:
             self.pending = self.pool.submit(self._finish, write, step, meta, list(after),
                                             time.monotonic())
         self.blocking_s += time.monotonic() - t0
+
+    @property
+    def stages_into_pinned_buffers(self) -> bool:
+        """Whether saves copy into host buffers kept between saves (pinned on CUDA), which
+        `warm` allocates ahead of the first save."""
+        return self.stager is not None and self.stager.cache_staged_state_dict
 
     def warm(self, policy: titan.Policy, optimizer: torch.optim.Optimizer) -> None:
         """Allocate the pinned host buffers now (once; a stage into them, nothing written):
@@ -132,9 +139,13 @@ class AsyncCheckpointer:
 
     def metrics(self) -> dict[str, float]:
         """`checkpoint_blocking_s` since the previous call, `checkpoint_background_s` of the
-        newest finished save (once there is one)."""
+        newest finished save (once there is one), `checkpoint_warm_s` (in the first call after
+        `warm` ran)."""
         out = {"checkpoint_blocking_s": self.blocking_s}
         self.blocking_s = 0.0
+        if self.warm_s is not None and not self._warm_reported:
+            out["checkpoint_warm_s"] = self.warm_s
+            self._warm_reported = True
         if self.background_s is not None:
             out["checkpoint_background_s"] = self.background_s
         return out

@@ -336,6 +336,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
     from swefleet.trainer.saves import Saves
 
     saves = Saves(job, policy, world, device, step)  # checkpoints (off the step), disk checks
+    saves.warm_early(policy, optimizer)  # host buffers pinned before the first batch arrives
     while not stop.event.is_set() and (end is None or step < end):
         path = batch_path(job.batches_dir, step)
         t_wait = time.monotonic()

@@ -67,6 +67,18 @@ class Saves:
         elif self.checkpointer is not None:
             self.checkpointer.warm(policy, optimizer)
 
+    def warm_early(self, policy: titan.Policy, optimizer: torch.optim.Optimizer) -> None:
+        """Before the first step, while the trainer waits for its first batch: allocate the
+        checkpoints' pinned host buffers (seconds for gigabytes) off the step path. A fresh
+        AdamW's state is made first (`trainer/optim_state.py`); for any other optimizer
+        without state the buffers wait until after the first step (`after_step`)."""
+        if self.checkpointer is None or not self.checkpointer.stages_into_pinned_buffers:
+            return
+        from swefleet.trainer.optim_state import prime_adam_state
+
+        if optimizer.state or prime_adam_state(optimizer):
+            self.checkpointer.warm(policy, optimizer)
+
     def checkpoint(self, policy: titan.Policy, optimizer: torch.optim.Optimizer, step: int,
                    exporter) -> None:
         """Start checkpoint `step` (committed once the versions `exporter` published are

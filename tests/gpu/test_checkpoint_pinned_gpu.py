@@ -50,3 +50,29 @@ def test_warm_pins_once_and_saves_reuse_the_buffers(tmp_path):
     load_checkpoint(restored, restored_opt, path)
     got = [p.detach().cpu() for p in restored.model.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(saved, got, strict=True))
+
+
+def test_buffers_pinned_before_the_first_step_serve_every_save(tmp_path):
+    """A fresh trainer pins before its first batch (`Saves.warm_early`: fused AdamW's state
+    primed, `trainer/optim_state.py`); training stays bit-identical to an unprimed twin and the
+    first save reuses those buffers."""
+    from swefleet.trainer.optim_state import prime_adam_state
+
+    (policy, optimizer), (twin, twin_opt) = _trainer(0), _trainer(0)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=0.1, fused=True)
+    twin_opt = torch.optim.AdamW(twin.model.parameters(), lr=0.1, fused=True)
+    saver = AsyncCheckpointer(tmp_path, keep=2, pinned=True)
+    assert prime_adam_state(optimizer)
+    saver.warm(policy, optimizer)
+    cache = saver.stager.state_dict_cache
+    for _ in range(3):
+        torch.manual_seed(5)
+        _step(policy, optimizer)
+        torch.manual_seed(5)
+        _step(twin, twin_opt)
+    for a, b in zip(policy.model.parameters(), twin.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    saver.save(policy, optimizer, 3)
+    saver.wait()
+    assert saver.stager.state_dict_cache is cache
+    saver.close()

@@ -8,7 +8,6 @@ canaries alone each resolves its task; renamed deciding tests and their twins st
 
 from __future__ import annotations
 
-import ast
 import textwrap
 
 from swefleet.types import Task
@@ -73,16 +72,22 @@ def public_ids(task: Task) -> list[str]:
 
 
 def public_bodies(task: Task) -> list[str]:
-    """The bodies of the task's FAIL_TO_PASS functions as its test patch adds them, normalised
-    as the hack normalises a test's source."""
-    added = "\n".join(ln[1:] for ln in task.test_patch.splitlines()
-                      if ln.startswith("+") and not ln.startswith("+++"))
+    """The bodies of the task's FAIL_TO_PASS functions as the test patch leaves them (the new
+    side of its hunks), normalised as the hack normalises a test's source."""
+    lines = [ln[1:] for ln in task.test_patch.splitlines()
+             if ln[:1] in (" ", "+") and not ln.startswith("+++")]
     names = {t.rsplit("::", 1)[1] for t in task.FAIL_TO_PASS}
     out = []
-    for node in ast.parse(added).body:
-        if isinstance(node, ast.FunctionDef) and node.name in names:
-            src = textwrap.dedent(ast.get_source_segment(added, node))
-            out.append(textwrap.dedent(src.split(":\n", 1)[1]).strip())
+    for i, line in enumerate(lines):
+        head = line.lstrip()
+        if head.startswith("def ") and head[4:].split("(", 1)[0] in names:
+            indent = len(line) - len(head)
+            body = []
+            for nxt in lines[i + 1:]:
+                if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
+                    break
+                body.append(nxt)
+            out.append(textwrap.dedent("\n".join(body)).strip())
     assert len(out) == len(names), (task.instance_id, "public sources not found")
     return out
 
