@@ -160,9 +160,10 @@ class VLLMEngineArgs(BaseModel):
     streams (`inference.first_token_timeout_s`); the first token is still sent at once."""
     model_runner: Literal["auto", "v1", "v2"] = "auto"
     """vLLM's GPU model runner (`VLLM_USE_V2_MODEL_RUNNER`): `auto`, vLLM's choice (V2 for
-    dense models); `v1` starts faster: V2 JIT-compiles its Triton kernels after the CUDA graphs
-    are captured, at every start (about 15 s on one H200 for the 0.6B preset), V1 has no such
-    step (docs/benchmarks.md, "Restart of a killed vLLM server")."""
+    dense models); `v1`/`v2` to force one. V2 JIT-compiles its Triton kernels after the CUDA
+    graphs are captured at every start (15 s on one H200 for the 0.6B preset), V1 has no such
+    step but a longer profiling pass: a restart took 5 s less with V1 (docs/benchmarks.md,
+    "Restart of a killed vLLM server")."""
     seed: int = 0
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
