@@ -19,6 +19,7 @@ import ast
 import random
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from swefleet.envs import safe_ast
@@ -54,10 +55,13 @@ def applies_to(log_parser: str, path: str) -> bool:
     return parser_key(log_parser) is not None and path.endswith(".py")
 
 
-def plant(text: str, path: str, rng: random.Random) -> tuple[str, list[str], list[str]] | None:
+def plant(text: str, path: str, rng: random.Random, reserved: Iterable[str] = ()
+          ) -> tuple[str, list[str], list[str]] | None:
     """`text` (the test file `path`) with one must-pass and one must-fail canary planted, and
     their node ids (pass, fail); None (the file is left as is) when it is not Python that
-    parses, or sets a module-wide `pytestmark`."""
+    parses, or sets a module-wide `pytestmark`. `reserved`: names no canary may take besides
+    the file's own (the deciding tests renamed out of it: a canary under such a name would
+    report under that test's original id)."""
     if "\r" in text.replace("\r\n", ""):
         return None  # lone CR line ends: line numbers would not match `ast`'s
     try:
@@ -69,7 +73,7 @@ def plant(text: str, path: str, rng: random.Random) -> tuple[str, list[str], lis
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
         n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                          ast.ClassDef))
-    }
+    } | set(reserved)
     words = words_of(tree)
     imported = _imported_names(tree)
     spots = _spots(tree)

@@ -42,6 +42,7 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
                     if canary.applies_to(task.log_parser, p)]
     twin_files = _twin_files(task)
     planted, must_pass, must_fail, twins = {}, [], [], canary_twins.Twins()
+    reserved = _deciding_names(task)  # renamed out of their files: no canary takes them
     for path in dict.fromkeys(canary_files + twin_files):
         text = new = _read_text(session, path)
         if text is None:
@@ -50,7 +51,7 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
             new, got = canary_twins.plant(new, path, task.FAIL_TO_PASS,
                                           [*task.FAIL_TO_PASS, *task.PASS_TO_PASS], rng)
             twins.add(got)
-        done = canary.plant(new, path, rng) if path in canary_files else None
+        done = canary.plant(new, path, rng, reserved) if path in canary_files else None
         if done is not None:
             new, must_pass, must_fail = done[0], must_pass + done[1], must_fail + done[2]
         if new != text:
@@ -88,6 +89,12 @@ def _twin_files(task) -> list[str]:
                 path == r or path.startswith(r.rstrip("/") + "/") for r in runs):
             out.append(path)
     return list(dict.fromkeys(out))
+
+
+def _deciding_names(task) -> set[str]:
+    """The function names of the task's deciding tests (`path::Class::name[params]` -> name)."""
+    return {canary_ids.function_id(t).rpartition("::")[2]
+            for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]}
 
 
 def _twins_line(twins: canary_twins.Twins) -> str:

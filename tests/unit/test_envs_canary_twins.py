@@ -230,3 +230,22 @@ def test_the_grader_reads_the_run_under_the_original_ids():
     assert output == "PASSED tests/test_a.py::test_x[1]\n"
     assert junit == {"tests/test_a.py::test_x[1]": "passed", "tests/test_a.py::test_x[2]": "failed",
                      "tests/test_a.py::test_t[1]": "failed", "other/test_b.py::test_y": "missing"}
+
+
+def test_no_canary_takes_the_name_of_a_renamed_deciding_test():
+    """Canaries are named from the words of the file's tests and planted after the deciding
+    tests were renamed out of it; one under a deciding test's original name would report under
+    that test's id, swapped with its renamed copy's (a gold patch graded `tampered`)."""
+    source = ("def test_format_days():\n    assert 1\n\n\n"
+              "def test_days_format():\n    assert 1\n")
+    f2p = [f"{PATH}::test_format_days"]
+    reserved = {"test_format_days"}
+    text, twins = canary_twins.plant(source, PATH, f2p, f2p, random.Random(0))
+    assert set(twins.renamed.values()) == {f"{PATH}::test_format_days"}
+    collided = 0
+    for seed in range(3000):  # a 2-4 word name from ~13 words: a collision now and then
+        unguarded = canary.plant(text, PATH, random.Random(seed))
+        collided += f"{PATH}::test_format_days" in unguarded[1] + unguarded[2]
+        _, must_pass, must_fail = canary.plant(text, PATH, random.Random(seed), reserved)
+        assert not {t.rpartition("::")[2] for t in must_pass + must_fail} & reserved
+    assert collided  # without the reservation the hazard is real
