@@ -164,6 +164,13 @@ class VLLMEngineArgs(BaseModel):
     graphs are captured at every start (15 s on one H200 for the 0.6B preset), V1 has no such
     step but a longer profiling pass: a restart took 5 s less with V1 (docs/benchmarks.md,
     "Restart of a killed vLLM server")."""
+    engine_start_method: Literal["spawn", "fork"] = "spawn"
+    """How `vllm serve` starts its engine-core process (`VLLM_WORKER_MULTIPROC_METHOD`):
+    `spawn`, the CLI's default, imports vLLM again in the new process (the 13 s between the
+    banner and the engine core's start in a restart on one H200); `fork` starts it from the
+    server process, which has imported vLLM already (vLLM's default as a library; vLLM itself
+    falls back to `spawn` when CUDA is initialised in the parent). The API server processes
+    (`api_server_count` > 1) are spawned either way."""
     seed: int = 0
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
@@ -346,6 +353,8 @@ def serve_command(
     """Full argv and the extra environment of the `index`-th server of this profile."""
     argv = [executable or vllm_executable(), "serve", cfg.model, *serve_args(cfg, port)]
     env = dict(SERVER_ENV)
+    if cfg.engine_start_method != "spawn":
+        env["VLLM_WORKER_MULTIPROC_METHOD"] = cfg.engine_start_method
     if cfg.model_runner != "auto":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if cfg.model_runner == "v2" else "0"
     if cfg.disagg is not None:

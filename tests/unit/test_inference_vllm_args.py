@@ -72,6 +72,7 @@ PROFILES = {
         api_server_count=4,
         stream_interval=16,
         model_runner="v1",
+        engine_start_method="fork",
     ),
     "no_prefix_cache": VLLMConfig(model=MODEL, enable_prefix_caching=False),
     "offload_cpu": VLLMConfig(model=MODEL, kv_offload=KVOffloadConfig(cpu_gib=64)),

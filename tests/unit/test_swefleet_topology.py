@@ -216,3 +216,13 @@ def test_model_runner_choice_reaches_the_server_environment():
                                  host="127.0.0.1", gpu_memory_utilization=0.3)
         _, profile_env = serve_command(profile, 8123, executable="/opt/vllm")
         assert profile_env.get("VLLM_USE_V2_MODEL_RUNNER") == value
+
+
+def test_engine_start_method_reaches_the_server_environment():
+    """`spawn` leaves the CLI's default (it sets the variable only when unset); `fork` sets it."""
+    for choice, value in [("spawn", None), ("fork", "fork")]:
+        profile = launch_profile(VLLMLaunch(engine_start_method=choice), "/m",
+                                 served_model_name="p", host="127.0.0.1",
+                                 gpu_memory_utilization=0.3)
+        _, profile_env = serve_command(profile, 8123, executable="/opt/vllm")
+        assert profile_env.get("VLLM_WORKER_MULTIPROC_METHOD") == value
