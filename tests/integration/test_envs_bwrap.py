@@ -109,7 +109,9 @@ async def test_close_leaves_no_process(envs_tiny_task):
     sb = await _make(envs_tiny_task)
     await sb.run("(sleep 1000 &); sleep 1000 &")
     ns = os.readlink(f"/proc/{sb.box.pid}/ns/pid")
-    assert len(_pids_in_namespace(ns)) >= 4
+    # PID 1 and the persistent shell's processes at least (what the command left behind is
+    # ended by the shell itself, sooner or later)
+    assert len(_pids_in_namespace(ns)) >= 3
     await sb.close()
     assert _pids_in_namespace(ns) == [] and not sb.box.dir.exists()
 
