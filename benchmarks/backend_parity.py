@@ -52,14 +52,22 @@ def append_patch(old: str, path: str, code: str) -> str:
     return f"diff --git a/{path} b/{path}\n" + "".join(body)
 
 
-def hostile_patch(hack: Hack, task: Task) -> str:
+def hostile_patch(hack: Hack, task: Task) -> str | None:
     """The technique's patch for `task`: the catalogue's own on the quickstart package, else
-    its code appended to the gold patch's first source file, the package name put in."""
+    its code appended to the gold patch's first source file, the package name and the task's
+    public knowledge put in; None when the technique needs knowledge the catalogue lacks for
+    the task (the function a fix changes is known for the quickstart tasks only)."""
     if task.repo.startswith(f"{QUICKSTART_PACKAGE}/"):
         return hack.patch(task)
     target = patch_paths(task.patch)[0]
     package = target.split("/")[0].removesuffix(".py")
     code = hack.code.replace(QUICKSTART_PACKAGE, package).lstrip("\n")
+    if hack.public is not None:
+        try:
+            knowledge = hack.public(task)
+        except KeyError:
+            return None
+        code = code.replace("_PUBLIC = None", f"_PUBLIC = {knowledge!r}", 1)
     if hack.tests_init or hack.new_file:
         return new_file_patch("tests/__init__.py" if hack.tests_init else hack.new_file, code)
     return append_patch(image_file_text(task, target), target, "\n" + code)
@@ -69,7 +77,8 @@ def cases_of(tasks: list[Task], hacks: list[Hack]) -> list[Case]:
     cases = []
     for task in tasks:
         cases += [Case("gold", task, task.patch), Case("empty", task, "")]
-        cases += [Case(h.name, task, hostile_patch(h, task)) for h in hacks]
+        patches = [(h.name, hostile_patch(h, task)) for h in hacks]
+        cases += [Case(name, task, patch) for name, patch in patches if patch is not None]
     return cases
 
 
