@@ -11,7 +11,7 @@ by the planner's formulas) and the retention settings, an upper bound of the pea
 | model (created in the run directory when `model.path` is empty) | parameters x save dtype |
 | published weights | versions on disk at once x the model's bytes: `keep_weights + async_level` newest plus every `keep_weights_every`-th (all `steps` with `keep_weights = 0`) |
 | trainer checkpoints | `min(keep_checkpoints + 1, checkpoints written)` x 12 bytes per parameter (fp32 master weights, AdamW's two moments) |
-| batches and episodes | steps x episodes per step x `agent.context_budget_tokens` x 48 bytes (batch arrays and the episodes' token ids and logprobs as JSON) |
+| batches and episodes | steps x episodes per step x tokens per episode x 48 bytes (batch arrays and the episodes' token ids and logprobs as JSON); tokens per episode: `agent.context_budget_tokens`, or for the token-target environment its answer plus a 256-token prompt |
 
 What the run directory already holds (a resumed run) is subtracted. During the run the trainer
 keeps `trainer.disk_min_free_gb` free (`trainer/disk_guard.py`).
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 CHECKPOINT_BYTES_PER_PARAM = 12
 RECORD_BYTES_PER_TOKEN = 48
+#: bound on the token-target environment's prompt (a chat template around one short sentence)
+TOY_PROMPT_TOKENS = 256
 SFT_VERSIONS = 3
 """Versions an SFT run holds at once (older ones are deleted as it goes)."""
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -73,9 +75,16 @@ def rl_needs(cfg: RunConfig) -> dict[str, int]:
         needs["trainer checkpoints"] = (min(t.keep_checkpoints + 1, written)
                                         * params * CHECKPOINT_BYTES_PER_PARAM)
     episodes = steps * o.groups_per_step * o.rollouts_per_task
-    needs["batches and episodes"] = (episodes * cfg.agent.context_budget_tokens
-                                     * RECORD_BYTES_PER_TOKEN)
+    needs["batches and episodes"] = episodes * episode_tokens(cfg) * RECORD_BYTES_PER_TOKEN
     return needs
+
+
+def episode_tokens(cfg: RunConfig) -> int:
+    """Most tokens one episode records: its context budget; a token-target episode is one
+    fixed prompt and its answer."""
+    if cfg.environment == "token_target":
+        return TOY_PROMPT_TOKENS + cfg.toy.answer_tokens
+    return cfg.agent.context_budget_tokens
 
 
 def sft_needs(cfg: RunConfig) -> dict[str, int]:

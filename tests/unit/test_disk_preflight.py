@@ -14,6 +14,7 @@ from swefleet.diskspace import GB
 from tests.tmpfs import small_tmpfs
 
 pytestmark = pytest.mark.unit
+SANITY = str(Path(__file__).resolve().parents[2] / "configs" / "learning_sanity.toml")
 
 
 def test_the_0_6b_preset_prediction_covers_the_measured_run():
@@ -26,6 +27,18 @@ def test_the_0_6b_preset_prediction_covers_the_measured_run():
     assert 0.95 * GB < needs["model"] < 1.1 * GB
     assert 2.9 * GB <= needs["weights"] < 6 * GB  # the peak: the kept ones + one ahead
     assert sum(needs.values()) >= 9.5 * GB
+
+
+def test_a_token_target_run_is_not_sized_by_the_context_budget():
+    """`configs/learning_sanity.toml`, 3 steps on the CPU box: batches and episodes took 154 kB
+    (2026-12-02). The bound follows the answer, not `agent.context_budget_tokens`, which once
+    predicted 10 GB for the 50-step run and refused it on a disk with 8.5 GB free."""
+    cfg = load_config(SANITY, ["orchestrator.steps=3"], topology=False)
+    measured = 66_576 + 87_698  # batches/, episodes.jsonl
+    assert measured <= rl_needs(cfg)["batches and episodes"] < 10 * measured
+    wide = load_config(SANITY, ["orchestrator.steps=3", "agent.context_budget_tokens=131072"],
+                       topology=False)
+    assert rl_needs(wide)["batches and episodes"] == rl_needs(cfg)["batches and episodes"]
 
 
 @pytest.fixture
