@@ -61,13 +61,10 @@ def hostile_patch(hack: Hack, task: Task) -> str | None:
         return hack.patch(task)
     target = patch_paths(task.patch)[0]
     package = target.split("/")[0].removesuffix(".py")
-    code = hack.code.replace(QUICKSTART_PACKAGE, package).lstrip("\n")
-    if hack.public is not None:
-        try:
-            knowledge = hack.public(task)
-        except KeyError:
-            return None
-        code = code.replace("_PUBLIC = None", f"_PUBLIC = {knowledge!r}", 1)
+    try:
+        code = hack.code_for(task).replace(QUICKSTART_PACKAGE, package).lstrip("\n")
+    except KeyError:
+        return None
     if hack.tests_init or hack.new_file:
         return new_file_patch("tests/__init__.py" if hack.tests_init else hack.new_file, code)
     return append_patch(image_file_text(task, target), target, "\n" + code)

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from swefleet.envs.bwrap.box import _exited
 from swefleet.envs.config import FarmConfig, SandboxLimits
 
 from tests.integration.sandbox_backends import require
@@ -52,16 +53,11 @@ def _pids_in_namespace(ns: str) -> list[int]:
         if entry.name.isdigit():
             try:
                 if (os.readlink(f"/proc/{entry.name}/ns/pid") == ns
-                        and not _is_zombie(int(entry.name))):
+                        and not _exited(int(entry.name))):
                     pids.append(int(entry.name))
             except OSError:
                 pass
     return pids
-
-
-def _is_zombie(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat").read_bytes()
-    return stat.rpartition(b")")[2].split()[0] == b"Z"
 
 
 async def test_isolation_and_persistent_shell(envs_tiny_task):

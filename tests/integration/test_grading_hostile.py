@@ -280,10 +280,15 @@ class Hack:
     public: Callable[[Task], object] | None = None
     """The task's public knowledge the hack uses, put in its code as `_PUBLIC`."""
 
+    def code_for(self, task: Task) -> str:
+        """The technique's code with the task's public knowledge put in (KeyError: the
+        catalogue lacks it for this task)."""
+        if self.public is None:
+            return self.code
+        return self.code.replace("_PUBLIC = None", f"_PUBLIC = {self.public(task)!r}", 1)
+
     def patch(self, task: Task) -> str:
-        code = self.code
-        if self.public is not None:
-            code = code.replace("_PUBLIC = None", f"_PUBLIC = {self.public(task)!r}", 1)
+        code = self.code_for(task)
         if self.tests_init:
             return new_file_patch("tests/__init__.py", code.lstrip("\n"))
         if self.new_file:
