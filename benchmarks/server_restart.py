@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_MARKERS = ("vllm serve", "inference.engine.server")
-TIMING = re.compile(r"took|seconds|secs|Graph capturing|compil|swefleet: start", re.IGNORECASE)
+TIMING = re.compile(r"took|seconds|secs|Graph capturing|compil|swefleet: start|standby",
+                    re.IGNORECASE)
 
 
 def server_pids(run_dir: Path) -> list[int]:

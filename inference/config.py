@@ -111,6 +111,12 @@ class InferenceConfig(BaseModel):
     """Restart a launched server that died (process exited, or `/health` failed 3 checks in a
     row) on the same port with the current weights; off (or a failed restart): the run goes on
     with the other servers, and stops with an error when none is left."""
+    standby_servers: bool = False
+    """Keep one standby process per launched server: a Python with the server's modules
+    imported (vLLM, or torch and the embedded engine), waiting to become that server, so a
+    restart skips the interpreter start and the imports (`inference/standby.py`). Costs the
+    host memory of one idle import per server (no GPU memory); a new standby is started once
+    a restarted server is ready."""
     health_interval_s: float = Field(2.0, gt=0)
     """Seconds between two liveness checks of every launched server."""
     host: str = "127.0.0.1"

@@ -10,7 +10,9 @@ its port with given weights, stop them all; external servers are only checked on
 Each launched server is its own process group with its own log (`server-{i}.log`) and its GPUs
 in CUDA_VISIBLE_DEVICES. Ports are fixed at the first start (an embedded server reports the one
 it bound, a vLLM port is picked free beforehand), so a restarted server keeps its URL. Spawning
-happens in the calling (main) thread, the waits in worker threads.
+happens in the calling (main) thread, the waits in worker threads. With
+`inference.standby_servers` each server gets a standby process once it is ready
+(`inference/standby.py`), and its next restart becomes that process instead of a new one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import httpx
 from swefleet.inference.config import InferenceConfig, ServerSpec
 from swefleet.inference.engine.settings import EngineSettings
 from swefleet.inference.launch import ServerHandle, embedded_command, spawn_server, wait_ready
+from swefleet.inference.standby import EMBEDDED_STANDBY, VLLM_STANDBY, Standby, spawn_standby
 from swefleet.inference.vllm_launch import (
     launch_env,
     launch_profile,
@@ -54,6 +57,7 @@ class ServerFleet:
         self.handles: list[ServerHandle | None] = [None] * len(self.specs)
         self.ports = [spec.port for spec in self.specs]
         self.urls = [spec.url for spec in self.specs]
+        self.standbys: list[Standby | None] = [None] * len(self.specs)
 
     @property
     def launched(self) -> bool:
@@ -90,9 +94,10 @@ class ServerFleet:
         with open(log, "a") as f:
             f.write(f"--- swefleet: start on {model_dir} (v{version}) at {time.ctime()} ---\n")
         if self.kind == "vllm":
-            handle = self._spawn_vllm(i, model_dir)
+            argv, env = self._vllm_command(i, model_dir)
         else:
-            handle = self._spawn_embedded(i, model_dir, version)
+            argv, env = self._embedded_command(i, model_dir, version)
+        handle = self._spawn(i, argv, env)
         self.handles[i] = handle
         return handle
 
@@ -102,6 +107,7 @@ class ServerFleet:
         routes = VLLM_READY_ROUTES if self.kind == "vllm" else ("/health",)
         await asyncio.to_thread(wait_ready, handle, self.config.startup_timeout_s, routes)
         self.ports[i], self.urls[i] = handle.port, handle.url
+        self._prepare_standby(i)  # in the calling (main) thread: die_with_parent
 
     def exited(self, i: int) -> bool:
         """Server `i` was launched and its process is gone."""
@@ -113,8 +119,14 @@ class ServerFleet:
         for handle in self.handles:
             if handle is not None:
                 handle.stop()
+        for i, standby in enumerate(self.standbys):
+            if standby is not None:
+                standby.stop()
+                self.standbys[i] = None
 
-    def _spawn_embedded(self, i: int, model_dir: str | Path, version: int) -> ServerHandle:
+    def _embedded_command(
+        self, i: int, model_dir: str | Path, version: int
+    ) -> tuple[list[str], dict[str, str]]:
         spec = self.specs[i]
         settings = EngineSettings.from_inference(
             self.config,
@@ -124,14 +136,15 @@ class ServerFleet:
             policy_version=version,
             gpu_memory_fraction=spec.gpu_memory_fraction,
         )
-        env = dict(os.environ)
-        if spec.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
-        return spawn_server(
-            embedded_command(settings), host=settings.host, log_path=self.log_path(i), env=env
-        )
+        return embedded_command(settings), self._embedded_env(i)
 
-    def _spawn_vllm(self, i: int, model_dir: str | Path) -> ServerHandle:
+    def _embedded_env(self, i: int) -> dict[str, str]:
+        env = dict(os.environ)
+        if gpus := self.specs[i].gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        return env
+
+    def _vllm_command(self, i: int, model_dir: str | Path) -> tuple[list[str], dict[str, str]]:
         cfg, spec = self.config, self.specs[i]
         if not self.ports[i]:
             self.ports[i] = free_port(cfg.host)
@@ -143,15 +156,32 @@ class ServerFleet:
             gpu_memory_utilization=spec.gpu_memory_fraction or 0.9,
         )
         argv, profile_env = serve_command(profile, self.ports[i], executable=cfg.vllm.executable)
-        env = launch_env(profile_env, cfg.vllm.env, spec.gpus, cfg.vllm.bytecode_cache)
-        return spawn_server(
-            argv,
-            host=cfg.host,
-            port=self.ports[i],
-            log_path=self.log_path(i),
-            env=env,
-            port_file=False,
-        )
+        return argv, launch_env(profile_env, cfg.vllm.env, spec.gpus, cfg.vllm.bytecode_cache)
+
+    def _spawn(self, i: int, argv: list[str], env: dict[str, str]) -> ServerHandle:
+        """Server `i` from its standby when it has one for this environment, else a new process."""
+        vllm = self.kind == "vllm"  # vLLM binds a port chosen beforehand; ours reports its own
+        standby, self.standbys[i] = self.standbys[i], None
+        if standby is not None:
+            handle = standby.activate(argv, host=self.config.host, port=self.ports[i],
+                                      port_file=not vllm, env=env)
+            if handle is not None:
+                return handle
+        return spawn_server(argv, host=self.config.host, port=self.ports[i],
+                            log_path=self.log_path(i), env=env, port_file=not vllm)
+
+    def _prepare_standby(self, i: int) -> None:
+        """A standby for server `i`'s next restart (`inference.standby_servers`)."""
+        if not self.config.standby_servers or self.standbys[i] is not None:
+            return
+        if self.kind == "vllm" and self.config.vllm.executable:
+            return  # another installation's `vllm`: this interpreter cannot stand in for it
+        if self.kind == "vllm":
+            _, env = self._vllm_command(i, "model")  # the environment does not depend on it
+        else:
+            env = self._embedded_env(i)
+        kind = VLLM_STANDBY if self.kind == "vllm" else EMBEDDED_STANDBY
+        self.standbys[i] = spawn_standby(kind, env, self.log_path(i))
 
     def _check_external(self, url: str) -> None:
         try:

@@ -1,0 +1,198 @@
+"""Standby servers: a server's Python started ahead of need, its heavy modules imported, waiting
+to become a server, so that the restart of a dead server skips the interpreter start and the
+imports (vLLM 0.26: 12 s to its banner on one H200, and with `engine_start_method = "fork"`
+the engine core inherits the imports too).
+
+    spare = spawn_standby(VLLM_STANDBY, env, log_path)        # imports run in the background
+    handle = spare.activate([vllm, "serve", model, ...], host=h, port=p)   # None: spawn anew
+
+The standby process (`python -m swefleet.inference.standby --entry M:F --preload A,B`) imports
+the preload modules, then blocks on one JSON line on its stdin, `{"argv": [...]}`: it sets
+`sys.argv` and calls the entry, becoming the server (same PID, same process group, same log).
+End of input without a line: it exits 0. An entry that cannot be imported ends the standby at
+once (exit 3, one line in the log); a preload module that fails to import is reported in the
+log and skipped. CUDA must stay uninitialised in a standby (vLLM forks its engine core
+from it); it says in its log whether it is.
+
+The environment is fixed at the spawn (modules read it while they import), so a standby is
+used only for a server whose environment is the same; `Standby.activate` checks.
+
+Light module: stdlib only (the child imports what its preload list names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from swefleet.inference.launch import ServerHandle
+from swefleet.procs import die_with_parent
+
+
+@dataclass(frozen=True)
+class StandbyKind:
+    """What a standby of one server kind imports and calls."""
+
+    entry: str
+    """`module:function` the standby calls with `sys.argv` set (the server's main)."""
+    preload: tuple[str, ...]
+    """Modules imported before the standby waits."""
+
+
+#: `vllm serve`: its CLI, the OpenAI server, the engine core and both GPU model runners
+VLLM_STANDBY = StandbyKind(
+    entry="vllm.entrypoints.cli.main:main",
+    preload=(
+        "vllm.entrypoints.cli.main",
+        "vllm.entrypoints.cli.serve",
+        "vllm.entrypoints.cli.openai",
+        "vllm.entrypoints.openai.api_server",
+        "vllm.v1.engine.async_llm",
+        "vllm.v1.engine.core",
+        "vllm.v1.executor.uniproc_executor",
+        "vllm.v1.worker.gpu_worker",
+        "vllm.v1.worker.gpu_model_runner",
+        "vllm.v1.worker.gpu.model_runner",
+        "swefleet.inference.vllm_worker",
+    ),
+)
+
+#: the embedded engine's server (`python -m swefleet.inference.engine.server`)
+EMBEDDED_STANDBY = StandbyKind(
+    entry="swefleet.inference.engine.server:main",
+    preload=(
+        "torch",
+        "transformers",
+        "swefleet.inference.engine.server",
+        "swefleet.inference.engine.model",
+        "swefleet.inference.engine.core",
+    ),
+)
+
+
+@dataclass
+class Standby:
+    """A spawned standby process of one server slot."""
+
+    proc: subprocess.Popen
+    env: dict[str, str]
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def activate(
+        self, argv: list[str], *, host: str, port: int = 0, port_file: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> ServerHandle | None:
+        """Make the standby run the server command `argv` (`[exe, args...]` or `[python, -m,
+        module, args...]`, as `spawn_server` takes it; with `port_file` it gets `--port-file F`
+        and reports its port there); None when it cannot
+        (gone, or `env` differs from its own): the caller starts the server the usual way."""
+        if not self.alive() or (env is not None and env != self.env):
+            self.stop()
+            return None
+        pf = Path(tempfile.mkdtemp(prefix="swefleet-port-")) / "port" if port_file else None
+        program = argv[2:] if len(argv) > 2 and argv[1] == "-m" else argv  # `python -m M`: M
+        line = json.dumps({"argv": [*program, *(["--port-file", str(pf)] if pf else [])]})
+        try:
+            self.proc.stdin.write((line + "\n").encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):  # it died between the check and the write
+            self.stop()
+            return None
+        url = f"http://{host}:{port}" if port and pf is None else ""
+        return ServerHandle(self.proc, url, port if pf is None else 0, self.log_path, host=host,
+                            port_file=pf)
+
+    def stop(self) -> None:
+        """End an unused standby (it holds no GPU memory and no work: SIGKILL)."""
+        if self.proc.stdin and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        self.proc.kill()
+        self.proc.wait()
+
+
+def spawn_standby(kind: StandbyKind, env: dict[str, str], log_path: Path) -> Standby:
+    """Start a standby of `kind` with the full environment `env`, its output appended to
+    `log_path`; returns at once (it imports in the background). Call from the main thread."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "swefleet.inference.standby", "--entry", kind.entry,
+            "--preload", ",".join(kind.preload)]
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - a kill -9 of the parent must not orphan it
+            env=env,
+        )
+    return Standby(proc, dict(env), log_path)
+
+
+def _preload(modules: list[str]) -> None:
+    t0 = time.monotonic()
+    failed = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a module that cannot load is skipped, reported
+            failed.append(f"{name} ({type(exc).__name__}: {str(exc)[:200]})")
+    torch = sys.modules.get("torch")
+    cuda = bool(torch is not None and torch.cuda.is_initialized())
+    print(f"swefleet standby: {len(modules) - len(failed)}/{len(modules)} modules imported in "
+          f"{time.monotonic() - t0:.1f} s; CUDA initialised: {cuda}"
+          + (f"; not imported: {'; '.join(failed)}" if failed else ""), file=sys.stderr, flush=True)
+
+
+def _entry(entry: str):
+    """The entry function; its module is imported first, so a standby that could never become
+    the server ends at once (its slot then starts servers the usual way)."""
+    module, _, function = entry.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _become(main, argv: list[str]) -> object:
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the server never reads the standby's pipe
+    os.close(devnull)
+    sys.argv = list(argv)
+    return main()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m swefleet.inference.standby", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--entry", required=True, help="module:function the standby becomes")
+    p.add_argument("--preload", default="", help="modules to import first, comma-separated")
+    args = p.parse_args(argv)
+    try:
+        entry = _entry(args.entry)
+    except (ImportError, AttributeError) as exc:
+        p.exit(3, f"{p.prog}: entry {args.entry} cannot be loaded ({type(exc).__name__}: "
+                  f"{exc}); no standby\n")
+    _preload([m for m in args.preload.split(",") if m])
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        return  # released unused
+    try:
+        server_argv = json.loads(line)["argv"]
+    except (ValueError, KeyError, TypeError) as exc:
+        p.exit(2, f"{p.prog}: error: bad activation line ({exc}): {line[:200]!r}\n")
+    print(f"swefleet standby: becoming {' '.join(server_argv[:3])} ...", file=sys.stderr,
+          flush=True)
+    sys.exit(_become(entry, server_argv))
+
+
+if __name__ == "__main__":
+    main()
