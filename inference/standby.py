@@ -12,7 +12,10 @@ the preload modules, then blocks on one JSON line on its stdin, `{"argv": [...]}
 End of input without a line: it exits 0. An entry that cannot be imported ends the standby at
 once (exit 3, one line in the log); a preload module that fails to import is reported in the
 log and skipped. CUDA must stay uninitialised in a standby (vLLM forks its engine core
-from it); it says in its log whether it is.
+from it when `engine_start_method = "fork"`); it says in its log whether it is. The vLLM kind
+first answers torch's cached Triton device check without CUDA (`settle_triton_check`): torchao,
+which vLLM imports when it is installed, asks it while importing, and torch's own answer
+initialises CUDA.
 
 The environment is fixed at the spawn (modules read it while they import), so a standby is
 used only for a server whose environment is the same; `Standby.activate` checks.
@@ -32,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from swefleet.inference.launch import ServerHandle
 from swefleet.procs import die_with_parent
@@ -45,6 +49,9 @@ class StandbyKind:
     """`module:function` the standby calls with `sys.argv` set (the server's main)."""
     preload: tuple[str, ...]
     """Modules imported before the standby waits."""
+    fork_safe: bool = False
+    """Answer torch's cached Triton device check before the imports, without initialising
+    CUDA (`settle_triton_check`), so that the server can still fork its engine core."""
 
 
 #: `vllm serve`: its CLI, the OpenAI server, the engine core and both GPU model runners
@@ -63,6 +70,7 @@ VLLM_STANDBY = StandbyKind(
         "vllm.v1.worker.gpu.model_runner",
         "swefleet.inference.vllm_worker",
     ),
+    fork_safe=True,
 )
 
 #: the embedded engine's server (`python -m swefleet.inference.engine.server`)
@@ -129,7 +137,7 @@ def spawn_standby(kind: StandbyKind, env: dict[str, str], log_path: Path) -> Sta
     `log_path`; returns at once (it imports in the background). Call from the main thread."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "swefleet.inference.standby", "--entry", kind.entry,
-            "--preload", ",".join(kind.preload)]
+            "--preload", ",".join(kind.preload), *(["--fork-safe"] if kind.fork_safe else [])]
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
@@ -138,6 +146,48 @@ def spawn_standby(kind: StandbyKind, env: dict[str, str], log_path: Path) -> Sta
             env=env,
         )
     return Standby(proc, dict(env), log_path)
+
+
+def _compute_capability_major() -> int | None:
+    """Major compute capability of the first visible GPU, from `nvidia-smi` (no CUDA)."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    cmd = ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]
+    try:
+        out = subprocess.run([*cmd, *(["-i", first] if first.isdigit() else [])],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        return int(out.split()[0].split(".")[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def settle_triton_check() -> str:
+    """Answer torch's `has_triton()` (cached per process) without initialising CUDA.
+
+    torch reads the GPU's compute capability through CUDA to answer it, and torchao calls it
+    while it imports (vLLM imports torchao when it is installed): CUDA is then initialised in
+    the server process, and vLLM starts its engine core by spawn instead of fork ("CUDA is
+    initialized"). Here the capability comes from `nvidia-smi`, through the device-property
+    cache torch keeps for its fork()ed compile workers, which is emptied again afterwards.
+    Returns what it did, for the log."""
+    try:
+        import torch
+        from torch._dynamo import device_interface
+        from torch.utils._triton import has_triton
+    except ImportError:
+        return "no torch"
+    props, devices = (device_interface.caching_worker_device_properties,
+                      device_interface.caching_worker_current_devices)
+    if torch.cuda.is_initialized() or not torch.cuda.is_available() or "cuda" in props:
+        return "not needed"
+    major = _compute_capability_major()
+    if major is None:
+        return "no nvidia-smi answer"
+    props["cuda"], devices["cuda"] = [SimpleNamespace(major=major)], 0
+    try:
+        return f"has_triton={has_triton()} (compute capability {major}.x from nvidia-smi)"
+    finally:
+        props.pop("cuda", None)
+        devices.pop("cuda", None)
 
 
 def _preload(modules: list[str]) -> None:
@@ -175,12 +225,17 @@ def main(argv: list[str] | None = None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--entry", required=True, help="module:function the standby becomes")
     p.add_argument("--preload", default="", help="modules to import first, comma-separated")
+    p.add_argument("--fork-safe", action="store_true",
+                   help="answer torch's Triton device check without CUDA first")
     args = p.parse_args(argv)
     try:
         entry = _entry(args.entry)
     except (ImportError, AttributeError) as exc:
         p.exit(3, f"{p.prog}: entry {args.entry} cannot be loaded ({type(exc).__name__}: "
                   f"{exc}); no standby\n")
+    if args.fork_safe:
+        print(f"swefleet standby: Triton check: {settle_triton_check()}", file=sys.stderr,
+              flush=True)
     _preload([m for m in args.preload.split(",") if m])
     line = sys.stdin.buffer.readline()
     if not line.strip():

@@ -162,15 +162,17 @@ class VLLMEngineArgs(BaseModel):
     """vLLM's GPU model runner (`VLLM_USE_V2_MODEL_RUNNER`): `auto`, vLLM's choice (V2 for
     dense models); `v1`/`v2` to force one. V2 JIT-compiles its Triton kernels after the CUDA
     graphs are captured at every start (15 s on one H200 for the 0.6B preset), V1 has no such
-    step but a longer profiling pass: a restart took 5 s less with V1 (docs/benchmarks.md,
-    "Restart of a killed vLLM server")."""
+    step: a restart took 3-5 s less with V1 (docs/benchmarks.md, "Restart of a killed vLLM
+    server")."""
     engine_start_method: Literal["spawn", "fork"] = "spawn"
     """How `vllm serve` starts its engine-core process (`VLLM_WORKER_MULTIPROC_METHOD`):
-    `spawn`, the CLI's default, imports vLLM again in the new process (the 13 s between the
-    banner and the engine core's start in a restart on one H200); `fork` starts it from the
-    server process, which has imported vLLM already (vLLM's default as a library; vLLM itself
-    falls back to `spawn` when CUDA is initialised in the parent). The API server processes
-    (`api_server_count` > 1) are spawned either way."""
+    `spawn`, the CLI's default, imports vLLM again in the new process (13-16 s of a restart on
+    one H200); `fork` starts it from the server process, which has imported vLLM already.
+    vLLM falls back to `spawn` (a warning in the server log) when CUDA is initialised in the
+    server process, which importing torchao does when it is installed next to vLLM (swefleet's
+    float8 training installs it); a standby server (`inference.standby_servers`) answers that
+    check without CUDA. The API server processes (`api_server_count` > 1) are spawned either
+    way."""
     seed: int = 0
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
