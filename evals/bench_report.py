@@ -28,9 +28,10 @@ DEFINITIONS = {
             "over the overlap of rollouts and training.",
     "batch_size": "Rollouts per optimizer step, global (all rollout workers together): "
                   "orchestrator.groups_per_step * orchestrator.rollouts_per_task.",
-    "warmup": "Step 0 always; then leading steps above median + max(3 * 1.4826 * MAD, 5% of "
-              "median) of the run's second half, at most half the run. The largest count over "
-              "runs is excluded from every run.",
+    "warmup": "Step 0 always; then leading steps outside median -/+ max(3 * 1.4826 * MAD, 5% "
+              "of median) of the run's second half (above: still warming up; below: a batch "
+              "made while step 0 ran), at most half the run. The largest count over runs is "
+              "excluded from every run.",
     "batch_clock": "The same runs timed by the orchestrator instead: the interval between two "
                    "consecutive batches handed to the trainer (metrics.jsonl time/step_s), with "
                    "its own warm-up count by the same rule. It is the pipeline's period without "
