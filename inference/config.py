@@ -115,8 +115,9 @@ class InferenceConfig(BaseModel):
     """Keep one standby process per launched server: a Python with the server's modules
     imported (vLLM, or torch and the embedded engine), waiting to become that server, so a
     restart skips the interpreter start and the imports (`inference/standby.py`). Costs the
-    host memory of one idle import per server (no GPU memory); a new standby is started once
-    a restarted server is ready."""
+    host memory of one idle import per server (the embedded engine's: 525 MiB; each standby
+    logs its own in the server log) and no GPU memory; a new standby is started once a
+    restarted server is ready."""
     health_interval_s: float = Field(2.0, gt=0)
     """Seconds between two liveness checks of every launched server."""
     host: str = "127.0.0.1"

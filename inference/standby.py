@@ -29,6 +29,7 @@ import argparse
 import importlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -190,8 +191,8 @@ def settle_triton_check() -> str:
         devices.pop("cuda", None)
 
 
-def _preload(modules: list[str]) -> None:
-    t0 = time.monotonic()
+def _preload(modules: list[str], t0: float) -> None:
+    """Import `modules`; one log line: how many, the seconds since `t0`, memory, CUDA."""
     failed = []
     for name in modules:
         try:
@@ -200,8 +201,9 @@ def _preload(modules: list[str]) -> None:
             failed.append(f"{name} ({type(exc).__name__}: {str(exc)[:200]})")
     torch = sys.modules.get("torch")
     cuda = bool(torch is not None and torch.cuda.is_initialized())
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"swefleet standby: {len(modules) - len(failed)}/{len(modules)} modules imported in "
-          f"{time.monotonic() - t0:.1f} s; CUDA initialised: {cuda}"
+          f"{time.monotonic() - t0:.1f} s, {rss_mib:.0f} MiB resident; CUDA initialised: {cuda}"
           + (f"; not imported: {'; '.join(failed)}" if failed else ""), file=sys.stderr, flush=True)
 
 
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fork-safe", action="store_true",
                    help="answer torch's Triton device check without CUDA first")
     args = p.parse_args(argv)
+    t0 = time.monotonic()
     try:
         entry = _entry(args.entry)
     except (ImportError, AttributeError) as exc:
@@ -236,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.fork_safe:
         print(f"swefleet standby: Triton check: {settle_triton_check()}", file=sys.stderr,
               flush=True)
-    _preload([m for m in args.preload.split(",") if m])
+    _preload([m for m in args.preload.split(",") if m], t0)
     line = sys.stdin.buffer.readline()
     if not line.strip():
         return  # released unused
