@@ -172,7 +172,8 @@ class ServerFleet:
 
     def _prepare_standby(self, i: int) -> None:
         """A standby for server `i`'s next restart (`inference.standby_servers`)."""
-        if not self.config.standby_servers or self.standbys[i] is not None:
+        cfg = self.config
+        if not (cfg.standby_servers and cfg.restart_dead_servers) or self.standbys[i] is not None:
             return
         if self.kind == "vllm" and self.config.vllm.executable:
             return  # another installation's `vllm`: this interpreter cannot stand in for it

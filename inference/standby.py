@@ -36,9 +36,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 from swefleet.inference.launch import ServerHandle
+from swefleet.inference.triton_check import settle_triton_check
+
 from swefleet.procs import die_with_parent
 
 
@@ -147,48 +148,6 @@ def spawn_standby(kind: StandbyKind, env: dict[str, str], log_path: Path) -> Sta
             env=env,
         )
     return Standby(proc, dict(env), log_path)
-
-
-def _compute_capability_major() -> int | None:
-    """Major compute capability of the first visible GPU, from `nvidia-smi` (no CUDA)."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    cmd = ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]
-    try:
-        out = subprocess.run([*cmd, *(["-i", first] if first.isdigit() else [])],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-        return int(out.split()[0].split(".")[0])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
-def settle_triton_check() -> str:
-    """Answer torch's `has_triton()` (cached per process) without initialising CUDA.
-
-    torch reads the GPU's compute capability through CUDA to answer it, and torchao calls it
-    while it imports (vLLM imports torchao when it is installed): CUDA is then initialised in
-    the server process, and vLLM starts its engine core by spawn instead of fork ("CUDA is
-    initialized"). Here the capability comes from `nvidia-smi`, through the device-property
-    cache torch keeps for its fork()ed compile workers, which is emptied again afterwards.
-    Returns what it did, for the log."""
-    try:
-        import torch
-        from torch._dynamo import device_interface
-        from torch.utils._triton import has_triton
-    except ImportError:
-        return "no torch"
-    props, devices = (device_interface.caching_worker_device_properties,
-                      device_interface.caching_worker_current_devices)
-    if torch.cuda.is_initialized() or not torch.cuda.is_available() or "cuda" in props:
-        return "not needed"
-    major = _compute_capability_major()
-    if major is None:
-        return "no nvidia-smi answer"
-    props["cuda"], devices["cuda"] = [SimpleNamespace(major=major)], 0
-    try:
-        return f"has_triton={has_triton()} (compute capability {major}.x from nvidia-smi)"
-    finally:
-        props.pop("cuda", None)
-        devices.pop("cuda", None)
 
 
 def _preload(modules: list[str], t0: float) -> None:

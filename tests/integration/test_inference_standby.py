@@ -85,6 +85,7 @@ async def test_a_killed_server_restarts_as_its_standby(tmp_path, model_dir):
         servers.handles[0].kill()
         await until(lambda: supervisor.restarts == 1)
         assert servers.handles[0].pid == standby.proc.pid and servers.urls[0] == url
+        assert fleet.server(url).in_service
         assert await greedy_logprobs(url) == before
         assert servers.standbys[0] is not None and servers.standbys[0].proc.pid != standby.proc.pid
         assert supervisor.metrics()["infer/server_restart_s"] > 0

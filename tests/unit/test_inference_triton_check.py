@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from swefleet.inference.standby import settle_triton_check
+from swefleet.inference.triton_check import settle_triton_check
 from torch._dynamo import device_interface
 from torch.utils._triton import has_triton
 
