@@ -10,6 +10,13 @@ and times it (`infer/server_restart_s`: from the death's detection to serving th
 weights again). Alongside, it reads the server's log for each start's own timing lines (vLLM's
 weight loading, compilation, CUDA-graph capture, engine start) and the trainer's mismatch and
 staleness KL per step. Last line: one JSON object.
+
+    python benchmarks/server_restart.py --config configs/learning_sanity.toml --steps 30 \
+        --kill-at 10 --compare-standby 3 --output-dir out/standby
+
+`--compare-standby N` runs N pairs of drills, alternating a restart as a new process
+(`inference.standby_servers = false`) and as the server's standby (`true`), and reports both
+restart times, their medians and the ratio.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -114,6 +122,24 @@ def drill(args: argparse.Namespace) -> dict:
     }
 
 
+def compare_standby(args: argparse.Namespace) -> dict:
+    """`args.compare_standby` pairs of drills: restart as a new process, then as a standby."""
+    times: dict[str, list[float | None]] = {"false": [], "true": []}
+    for i in range(args.compare_standby):
+        for standby, restarts in times.items():
+            one = argparse.Namespace(**{
+                **vars(args), "output_dir": str(Path(args.output_dir) / f"standby-{standby}-{i}"),
+                "set": [*args.set, f"inference.standby_servers={standby}"]})
+            restarts.append(drill(one)["server_restart_s"])
+    new, spare = times["false"], times["true"]
+    done = None not in new + spare
+    med_new = statistics.median(new) if done else None
+    med_spare = statistics.median(spare) if done else None
+    return {"config": args.config, "restart_new_process_s": new, "restart_standby_s": spare,
+            "median_new_process_s": med_new, "median_standby_s": med_spare,
+            "speedup": round(med_new / med_spare, 2) if done and med_spare else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/gpu_vllm.toml")
@@ -122,7 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-dir", required=True)
     ap.add_argument("--timeout-s", type=float, default=900)
     ap.add_argument("--set", action="append", default=[], help="config override, repeatable")
+    ap.add_argument("--compare-standby", type=int, default=0, metavar="N",
+                    help="N pairs of drills: restart as a new process, then as a standby")
     args = ap.parse_args(argv)
+    if args.compare_standby:
+        result = compare_standby(args)
+        print(json.dumps(result))
+        return 0 if result["speedup"] is not None else 1
     result = drill(args)
     print(json.dumps(result))
     return 0 if result["rc"] == 0 and result["killed"] else 1

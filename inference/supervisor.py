@@ -50,6 +50,9 @@ from swefleet.inference.fleet_launch import ServerFleet
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 HEALTH_FAILURES = 3
+#: how long a server whose connection broke during a weight update may take to be seen exited:
+#: a killed process closes its sockets before its parent can reap it
+EXIT_GRACE_S = 2.0
 
 
 class NoServersLeft(RuntimeError):
@@ -146,22 +149,26 @@ class Supervisor:
                 await self.fleet.update_weights(
                     version, path, rejoining=[self.servers.urls[i] for i in behind])
             except WeightUpdateError:
-                if not self._all_behind_died(version):
+                if not await self._all_behind_died(version):
                     raise
             for i in behind:
                 if i in self._behind and self.fleet.server(self.servers.urls[i]).version == version:
                     self._back_in_service(i, version)
 
-    def _all_behind_died(self, version: int) -> bool:
+    async def _all_behind_died(self, version: int) -> bool:
         """After a failed update: whether every server left behind has died (then they are
-        restarted); False leaves the failure to the caller."""
+        restarted; a dying one gets `EXIT_GRACE_S` to be seen exited); False leaves the failure
+        to the caller."""
         behind = [i for i, url in enumerate(self.servers.urls)
                   if (self.fleet.server(url).in_service or i in self._behind)
                   and self.fleet.server(url).version != version]
         if not behind:  # it failed only on servers already out of service (a hung one being
             return True  # restarted): they rejoin at this version (`_rejoin`)
-        if not all(map(self.servers.exited, behind)):
-            return False
+        deadline = time.monotonic() + EXIT_GRACE_S
+        while not all(map(self.servers.exited, behind)):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
         for i in behind:
             self._take_out(i, "died during a weight update")
         self._check_some_left()

@@ -2,13 +2,17 @@
 --host H --port P [--served-model-name N] ...` appends its argv and GPU environment as one JSON
 line to `$FAKE_VLLM_RECORD`, then becomes the scripted server on H:P (it emulates vLLM's dev
 routes: /pause, /resume, /collective_rpc `update_weights_from_path`) listing N on /v1/models,
-with the vocabulary size of MODEL/config.json."""
+with the vocabulary size of MODEL/config.json. With `$FAKE_VLLM_LINGER_S` it runs the scripted
+server as its child instead and exits that many seconds after it (a server process that is
+still exiting after its connections closed)."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,6 +44,10 @@ def main(argv: list[str]) -> None:
     server = [sys.executable, "-m", "swefleet.inference.scripted_server", "--host", opt("--host", "")]
     server += ["--port", opt("--port", "8000"), "--vocab-size", str(vocab)]
     server += ["--served-model-name", opt("--served-model-name", model)]
+    if linger := float(os.environ.get("FAKE_VLLM_LINGER_S", "0")):
+        code = subprocess.call([sys.executable, *server[1:]])
+        time.sleep(linger)
+        sys.exit(code)
     os.execv(sys.executable, server)
 
 

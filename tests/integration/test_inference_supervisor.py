@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -124,6 +126,27 @@ async def test_vllm_servers_restart_on_the_latest_weights_and_requests_wait_for_
         gpus = {c["argv"][c["argv"].index("--port") + 1]: c["env"]["CUDA_VISIBLE_DEVICES"]
                 for c in calls}
         assert gpus == {url.rsplit(":", 1)[1]: str(i) for i, url in enumerate(urls)}
+
+
+async def test_a_server_still_exiting_when_an_update_fails_is_restarted(
+        tmp_path, model_dir, fake_vllm):
+    """The update's connection fails before the server's process can be reaped: the update
+    waits for the exit and the server is restarted, instead of the run failing."""
+    inference = vllm_inference(tmp_path, fake_vllm, restart=True)
+    inference.update({"num_servers": 1, "gpus": [0], "health_interval_s": 60})
+    inference["vllm"]["env"]["FAKE_VLLM_LINGER_S"] = "1.0"
+    async with supervised(inference, model_dir, tmp_path / "logs") as (servers, fleet,
+                                                                        supervisor):
+        pid = servers.handles[0].pid
+        child = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+        os.kill(child, signal.SIGKILL)  # the serving process; its parent exits 1 s later
+        v1 = tmp_path / "v1"
+        v1.mkdir()
+        (v1 / "config.json").write_text((model_dir / "config.json").read_text())
+        await supervisor.update_weights(1, v1)  # no WeightUpdateError
+        assert not servers.handles[0].alive()
+        await until(lambda: supervisor.restarts == 1, 60)
+        assert fleet.server(servers.urls[0]).version == 1
 
 
 async def test_without_restarts_work_goes_on_until_no_server_is_left(
