@@ -53,7 +53,7 @@ Parts (this module is the facade): `fleet_request.py` (body and call state), `fl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -147,6 +147,11 @@ class FleetClient:
     def server(self, url: str) -> ServerState:
         """The state of the server at `url` (KeyError if not in the fleet)."""
         return self._pool.server(url)
+
+    def watch_unreachable(self, listener: Callable[[ServerState], None] | None) -> None:
+        """Call `listener` (synchronously, on the event loop) with every server that refuses or
+        loses a connection, in a request or a /health round; None: nobody."""
+        self._pool.on_unreachable = listener
 
     # ---- fleet management ----
 

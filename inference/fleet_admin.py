@@ -49,6 +49,7 @@ class FleetAdmin:
             )
         except (ConnectionError, TimeoutError):
             server.down_until = time.monotonic() + cooldown_s
+            self.pool.unreachable(server)
             return
         healthy = resp.status_code == 200
         if healthy and resp.content:  # vLLM answers an empty 200: keep the version we set

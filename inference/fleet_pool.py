@@ -36,6 +36,14 @@ class ServerPool:
                 server.limit = limiter.cap
         self.room = asyncio.Event()
         """Set when a server may have room again (an attempt ended, limits were re-read)."""
+        self.on_unreachable: Callable[[ServerState], None] | None = None
+        """Told of a server that refused or lost a connection (`FleetClient.watch_unreachable`:
+        a supervisor checks at once whether its process died)."""
+
+    def unreachable(self, server: ServerState) -> None:
+        """`server` refused or lost a connection: marked down by the caller; the listener told."""
+        if self.on_unreachable is not None:
+            self.on_unreachable(server)
 
     def server(self, url: str) -> ServerState:
         """The state of the server at `url` (KeyError if not in the fleet)."""

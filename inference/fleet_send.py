@@ -92,6 +92,7 @@ class Sender:
     def _lost(self, server: ServerState, exc: Exception) -> Retryable:
         server.failures += 1
         server.down_until = time.monotonic() + self.cfg.server_cooldown_s
+        self.pool.unreachable(server)
         return Retryable(f"{server.url}: {type(exc).__name__}: {exc}")
 
     def _check_status(self, server: ServerState, resp: Response) -> None:

@@ -6,7 +6,10 @@
     result = await supervisor.guard(work())           # NoServersLeft when the last one is lost
 
 Every `health_interval_s` each launched server is checked: its process exited, or `/health`
-failed `HEALTH_FAILURES` times in a row, means dead. A dead server leaves service at once (no
+failed `HEALTH_FAILURES` times in a row, means dead. A server that refuses or loses a
+connection in between (a request, the fleet's /health round) is checked at once, requests
+waiting meanwhile: if its process exits within `EXIT_GRACE_S` it is dead (otherwise the
+requests go on as before). A dead server leaves service at once (no
 request is routed to it, no weight update sent: `ServerState.in_service`; requests that find no
 server in service wait while one is restarting) and is restarted on
 its port (`ServerFleet.respawn`) with the current weights: those of the last `update_weights`
@@ -20,8 +23,8 @@ while it started, it is updated to the newest before it rejoins the fleet. Resta
 restart fails, the server is given up (`infer/servers_lost`); the work goes on with the others
 and `guard` raises `NoServersLeft` once none is left.
 
-A weight update that fails only on servers whose process died is not an error: those are
-restarted with the new weights.
+A weight update that fails only on servers whose process died (or exits within
+`EXIT_GRACE_S`) is not an error: those are restarted with the new weights.
 
 Weight sync by broadcast (`inference/weight_sync.py`): most versions are only broadcast (a marker
 without a directory), so a server restarts on the newest weights DIRECTORY (the last update that
@@ -46,12 +49,13 @@ import httpx
 from swefleet.inference.config import InferenceConfig
 from swefleet.inference.fleet import FleetClient, WeightUpdateError
 from swefleet.inference.fleet_launch import ServerFleet
+from swefleet.inference.routing import ServerState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 HEALTH_FAILURES = 3
-#: how long a server whose connection broke during a weight update may take to be seen exited:
-#: a killed process closes its sockets before its parent can reap it
+#: how long a server whose connection broke (a request, a /health round, a weight update) may
+#: take to be seen exited: a killed process closes its sockets before its parent can reap it
 EXIT_GRACE_S = 2.0
 
 
@@ -102,6 +106,8 @@ class Supervisor:
         self.lost: set[int] = set()
         self._failures = [0] * len(servers.specs)
         self._restarting: dict[int, asyncio.Task] = {}
+        self._suspects: dict[int, asyncio.Task] = {}
+        """Servers that refused a connection, being checked for a dead process."""
         self._lock = asyncio.Lock()
         self._none_left = asyncio.Event()
         self._watch: asyncio.Task | None = None
@@ -113,9 +119,12 @@ class Supervisor:
             timeout = max(5.0, 2 * self.config.health_interval_s)
             self._http = httpx.AsyncClient(trust_env=False, timeout=timeout)
             self._watch = asyncio.create_task(self._watch_loop(), name="fleet-supervisor")
+            self.fleet.watch_unreachable(self._suspect)
 
     async def aclose(self) -> None:
-        tasks = [t for t in (self._watch, *self._restarting.values()) if t is not None]
+        self.fleet.watch_unreachable(None)
+        tasks = [t for t in (self._watch, *self._restarting.values(), *self._suspects.values())
+                 if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -210,6 +219,31 @@ class Supervisor:
         self._failures[i] = 0 if ok else self._failures[i] + 1
         if self._failures[i] >= HEALTH_FAILURES:
             self._take_out(i, f"/health failed {HEALTH_FAILURES} checks in a row")
+
+    def _suspect(self, state: ServerState) -> None:
+        """A request or /health round could not reach `state`: requests wait (it counts as
+        restarting) while `_confirm` checks whether its process died, instead of failing until
+        the next health round notices."""
+        if state.url not in self.servers.urls:
+            return
+        i = self.servers.urls.index(state.url)
+        if i in self._restarting or i in self.lost or i in self._suspects:
+            return
+        state.restarting = True
+        self._suspects[i] = asyncio.create_task(self._confirm(i), name=f"suspect-server-{i}")
+
+    async def _confirm(self, i: int) -> None:
+        try:
+            deadline = time.monotonic() + EXIT_GRACE_S
+            while time.monotonic() < deadline:
+                if self.servers.exited(i):
+                    self._take_out(i, f"exited with {self.servers.handles[i].proc.returncode}")
+                    return
+                await asyncio.sleep(0.05)
+        finally:
+            self._suspects.pop(i, None)
+            if i not in self._restarting and i not in self.lost:
+                self.fleet.server(self.servers.urls[i]).restarting = False
 
     def _take_out(self, i: int, why: str) -> None:
         """Server `i` is dead: out of service, then restarted or given up."""

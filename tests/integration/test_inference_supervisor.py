@@ -90,6 +90,20 @@ async def test_server_killed_during_an_update_restarts_with_the_new_weights(tmp_
         assert f"start on {v1} (v1)" in log  # one log per server, the restart appended
 
 
+async def test_requests_wait_for_a_server_that_died_between_health_checks(tmp_path, model_dir):
+    """The only server dies long before the next health check: the requests that find it gone
+    have the supervisor check it at once and wait for the restart instead of failing."""
+    inference = {"num_servers": 1, "cpu_threads": 1, "max_batch_size": 2,
+                 "health_interval_s": 60}
+    async with supervised(inference, model_dir, tmp_path / "logs") as (servers, fleet,
+                                                                        supervisor):
+        url, pid = servers.urls[0], servers.handles[0].pid
+        servers.handles[0].kill()
+        done = await asyncio.gather(*(fleet.generate(PROMPT, max_tokens=2) for _ in range(4)))
+        assert {d.server for d in done} == {url} and servers.handles[0].pid != pid
+        assert supervisor.restarts == 1 and fleet.metrics()["infer/live_servers"] == 1.0
+
+
 def vllm_inference(tmp_path: Path, exe: Path, restart: bool) -> dict:
     return {"kind": "vllm", "num_servers": 2, "gpus": [0, 1], "health_interval_s": 0.2,
             "restart_dead_servers": restart,
