@@ -175,14 +175,12 @@ class ServerFleet:
         cfg = self.config
         if not (cfg.standby_servers and cfg.restart_dead_servers) or self.standbys[i] is not None:
             return
-        if self.kind == "vllm" and self.config.vllm.executable:
-            return  # another installation's `vllm`: this interpreter cannot stand in for it
-        if self.kind == "vllm":
+        if self.kind != "vllm":
+            self.standbys[i] = spawn_standby(EMBEDDED_STANDBY, self._embedded_env(i),
+                                             self.log_path(i))
+        elif not cfg.vllm.executable:  # another installation's `vllm`: no stand-in from here
             _, env = self._vllm_command(i, "model")  # the environment does not depend on it
-        else:
-            env = self._embedded_env(i)
-        kind = VLLM_STANDBY if self.kind == "vllm" else EMBEDDED_STANDBY
-        self.standbys[i] = spawn_standby(kind, env, self.log_path(i))
+            self.standbys[i] = spawn_standby(VLLM_STANDBY, env, self.log_path(i))
 
     def _check_external(self, url: str) -> None:
         try:

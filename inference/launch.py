@@ -54,6 +54,17 @@ class ServerHandle:
     port_file: Path | None = None
     """Where a server started with `--port 0` reports its port (None: the port is known)."""
 
+    @classmethod
+    def of(
+        cls, proc: subprocess.Popen, log_path: Path, *, host: str, port: int,
+        port_file: Path | None,
+    ) -> ServerHandle:
+        """The handle of a started server: at `port`, or (with a port file) at the port it
+        reports there, found by `wait_ready`."""
+        url = f"http://{host}:{port}" if port and port_file is None else ""
+        return cls(proc, url, port if port_file is None else 0, log_path, host=host,
+                   port_file=port_file)
+
     @property
     def pid(self) -> int:
         return self.proc.pid
@@ -112,7 +123,7 @@ def spawn_server(
         os.close(fd)
         log = Path(name)
     log.parent.mkdir(parents=True, exist_ok=True)
-    pf = Path(tempfile.mkdtemp(prefix="swefleet-port-")) / "port" if port_file else None
+    pf = new_port_file() if port_file else None
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [*argv, *(["--port-file", str(pf)] if pf else [])],
@@ -123,8 +134,12 @@ def spawn_server(
             preexec_fn=die_with_parent,  # noqa: PLW1509 - a kill -9 of the parent must not orphan it
             env=env,
         )
-    url = f"http://{host}:{port}" if port and pf is None else ""
-    return ServerHandle(proc, url, port if pf is None else 0, log, host=host, port_file=pf)
+    return ServerHandle.of(proc, log, host=host, port=port, port_file=pf)
+
+
+def new_port_file() -> Path:
+    """A fresh path (in its own temporary directory) for a server to report its port in."""
+    return Path(tempfile.mkdtemp(prefix="swefleet-port-")) / "port"
 
 
 def wait_ready(

@@ -32,12 +32,11 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from swefleet.inference.launch import ServerHandle
+from swefleet.inference.launch import ServerHandle, new_port_file
 from swefleet.inference.triton_check import settle_triton_check
 
 from swefleet.procs import die_with_parent
@@ -110,7 +109,7 @@ class Standby:
         if not self.alive() or (env is not None and env != self.env):
             self.stop()
             return None
-        pf = Path(tempfile.mkdtemp(prefix="swefleet-port-")) / "port" if port_file else None
+        pf = new_port_file() if port_file else None
         program = argv[2:] if len(argv) > 2 and argv[1] == "-m" else argv  # `python -m M`: M
         line = json.dumps({"argv": [*program, *(["--port-file", str(pf)] if pf else [])]})
         try:
@@ -119,9 +118,7 @@ class Standby:
         except (BrokenPipeError, ValueError):  # it died between the check and the write
             self.stop()
             return None
-        url = f"http://{host}:{port}" if port and pf is None else ""
-        return ServerHandle(self.proc, url, port if pf is None else 0, self.log_path, host=host,
-                            port_file=pf)
+        return ServerHandle.of(self.proc, self.log_path, host=host, port=port, port_file=pf)
 
     def stop(self) -> None:
         """End an unused standby (it holds no GPU memory and no work: SIGKILL)."""

@@ -173,11 +173,8 @@ class Supervisor:
                   and self.fleet.server(url).version != version]
         if not behind:  # it failed only on servers already out of service (a hung one being
             return True  # restarted): they rejoin at this version (`_rejoin`)
-        deadline = time.monotonic() + EXIT_GRACE_S
-        while not all(map(self.servers.exited, behind)):
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.05)
+        if not await self._exit_within_grace(behind):
+            return False
         for i in behind:
             self._take_out(i, "died during a weight update")
         self._check_some_left()
@@ -234,16 +231,21 @@ class Supervisor:
 
     async def _confirm(self, i: int) -> None:
         try:
-            deadline = time.monotonic() + EXIT_GRACE_S
-            while time.monotonic() < deadline:
-                if self.servers.exited(i):
-                    self._take_out(i, f"exited with {self.servers.handles[i].proc.returncode}")
-                    return
-                await asyncio.sleep(0.05)
+            if await self._exit_within_grace([i]):
+                self._take_out(i, f"exited with {self.servers.handles[i].proc.returncode}")
         finally:
             self._suspects.pop(i, None)
             if i not in self._restarting and i not in self.lost:
                 self.fleet.server(self.servers.urls[i]).restarting = False
+
+    async def _exit_within_grace(self, servers: list[int]) -> bool:
+        """Whether every one of `servers` is seen exited within `EXIT_GRACE_S`."""
+        deadline = time.monotonic() + EXIT_GRACE_S
+        while not all(map(self.servers.exited, servers)):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     def _take_out(self, i: int, why: str) -> None:
         """Server `i` is dead: out of service, then restarted or given up."""
