@@ -1,5 +1,6 @@
-"""Project-made small models: a byte-level BPE tokenizer trained here and a random-init Qwen3,
-saved in the standard Hugging Face format so the same loading code serves real checkpoints.
+"""Project-made small models: a byte-level BPE tokenizer trained here and a random-init Qwen3
+(or Qwen3-MoE, or Qwen2), saved in the standard Hugging Face format so the same loading code
+serves real checkpoints.
 
 No weights are downloaded: the tokenizer is trained on Python's own standard-library sources
 (always on disk), the model is initialised from a seed.
@@ -26,6 +27,11 @@ PRESETS: dict[str, dict] = {
                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                  "head_dim": 16, "vocab_size": 1024, "num_experts": 8,
                  "num_experts_per_tok": 2, "norm_topk_prob": True},
+    # Qwen2 (`model_type` qwen2, the Qwen2.5-Coder family): the tiny sizes, biases on q/k/v
+    # (random, nonzero: transformers initialises them to 0), untied lm_head, no q/k norms.
+    "tiny-qwen2": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "vocab_size": 1024},
     # GPU presets: the Qwen3-0.6B shape, and a small Qwen3-MoE of the Qwen3-30B-A3B kind
     # (64 experts, top 8, every layer sparse). Their vocabulary is 32,768 rows, not Qwen3's
     # 151,936: the BPE trained here on a few MB of text stops near 29k tokens (reserved tokens
@@ -101,7 +107,8 @@ def train_tokenizer(out_dir: Path, vocab_size: int) -> None:
 
 
 def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 0) -> Path:
-    """Create (or reuse) a random-init Qwen3 (or Qwen3-MoE) checkpoint + tokenizer at `out_dir`."""
+    """Create (or reuse) a random-init Qwen3 (or Qwen3-MoE, or Qwen2) checkpoint + tokenizer at
+    `out_dir`."""
     out = Path(out_dir)
     marker = out / "swefleet_model.json"
     wanted = {"preset": preset, "seed": seed}
@@ -109,14 +116,24 @@ def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 
         return out
     import torch
     from tokenizers import Tokenizer
-    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import (
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+    )
 
     shape = dict(PRESETS[preset])
     save_dtype = shape.pop("save_dtype", "float32")
     direct = shape.pop("init_in_save_dtype", False)
+    qwen2 = shape.pop("model_type", "qwen3") == "qwen2"
     moe = "num_experts" in shape
     config_cls, model_cls = (Qwen3MoeConfig, Qwen3MoeForCausalLM) if moe else (
         Qwen3Config, Qwen3ForCausalLM)
+    if qwen2:
+        config_cls, model_cls = Qwen2Config, Qwen2ForCausalLM
     out.mkdir(parents=True, exist_ok=True)
     train_tokenizer(out, shape["vocab_size"])
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
@@ -135,6 +152,8 @@ def create_tiny_model(out_dir: str | Path, *, preset: str = "tiny", seed: int = 
         model = _init_direct(model_cls, config, getattr(torch, save_dtype))
     else:
         model = model_cls(config).to(getattr(torch, save_dtype))
+    if qwen2:
+        _random_qkv_biases(model)
     model.save_pretrained(out, safe_serialization=True)
     marker.write_text(json.dumps(wanted))
     return out
@@ -153,3 +172,14 @@ def _init_direct(model_cls, config, dtype):
             return model_cls(config)
     finally:
         torch.set_default_dtype(previous)
+
+
+def _random_qkv_biases(model, std: float = 0.5) -> None:
+    """Qwen2's q/k/v biases drawn from N(0, std) (transformers initialises them to 0, so a
+    mapping that dropped them would go unnoticed); drawn after the init, from the same seed."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0.0, std)

@@ -20,9 +20,11 @@ from cu_seqlens: `varlen` (torch's FlashAttention-2 varlen) and `flex` (FlexAtte
 document-causal block mask, `trainer.attention`), and `cudnn` (long samples through cuDNN one
 by one, runs of short ones through FA2 varlen: `trainer.packed_attention`).
 
-Models: Qwen3 dense (`model_type == "qwen3"`) and Qwen3-MoE (`qwen3_moe`, routers swapped for
-`trainer.router_replay.ReplayRouter`). Model args come from the checkpoint's config.json;
-weights from its safetensors via `Qwen3StateDictAdapter.from_hf`.
+Models: Qwen3 dense (`model_type == "qwen3"`), Qwen3-MoE (`qwen3_moe`, routers swapped for
+`trainer.router_replay.ReplayRouter`) and Qwen2 (`qwen2`, e.g. Qwen2.5-Coder: torchtitan's Qwen3
+without q/k norms, with biases on the q/k/v projections, see `add_qkv_bias`). Model args come
+from the checkpoint's config.json; weights from its safetensors via
+`Qwen3StateDictAdapter.from_hf` (for Qwen2 its mapping also carries the three biases).
 
 Expert parallelism (`expert_parallel` = ep > 1, Qwen3-MoE only): torchtitan's dp2ep. The routed
 experts' weights are sharded by expert over ep of the FSDP ranks (`ExpertParallel`: each rank
@@ -50,6 +52,12 @@ ATTENTIONS = ("sdpa", "varlen", "flex", "cudnn")
 PACKED_ATTENTIONS = ("varlen", "flex", "cudnn")
 """Kernels that take all samples of a micro-batch packed into one row."""
 FLOAT8_RECIPES = ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp")
+MODEL_TYPES = ("qwen3", "qwen3_moe", "qwen2")
+QKV_BIAS_MAP = {
+    f"model.layers.{{}}.self_attn.{hf}_proj.bias": f"layers.{{}}.attention.{tt}.bias"
+    for hf, tt in (("q", "wq"), ("k", "wk"), ("v", "wv"))
+}
+"""HF <-> torchtitan names of Qwen2's attention biases (added to the adapter's mapping)."""
 
 
 @dataclass
@@ -98,24 +106,49 @@ class LogprobHead(nn.Module):
 
 def _rope_theta(hf: dict) -> float:
     params = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling")
-    rope_type = params.get("rope_type", (scaling or {}).get("rope_type", "default"))
+    scaling = hf.get("rope_scaling") or {}
+    # older config.json files name it `type` (e.g. Qwen2.5's YaRN: {"type": "yarn", ...})
+    rope_type = (params.get("rope_type") or params.get("type") or scaling.get("rope_type")
+                 or scaling.get("type") or "default")
     if rope_type != "default":
         raise NotImplementedError(f"rope type {rope_type!r} is not supported yet")
     return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
+def has_qkv_bias(hf: dict) -> bool:
+    """Whether the model of config.json `hf` has biases on its q/k/v projections (Qwen2)."""
+    return hf.get("model_type") == "qwen2"
+
+
+def _sliding_layers(hf: dict) -> list[int]:
+    """Qwen2 layers that transformers and vLLM run with sliding-window attention: none unless
+    `use_sliding_window`; then those `layer_types` marks, else those from `max_window_layers`."""
+    if not hf.get("use_sliding_window") or hf.get("sliding_window") is None:
+        return []
+    n = hf["num_hidden_layers"]
+    types = hf.get("layer_types")
+    if types:
+        return [i for i, t in enumerate(types) if t == "sliding_attention"]
+    return list(range(min(hf.get("max_window_layers", 28), n), n))
+
+
 def model_args_from_hf(hf: dict, attention: str, device_type: str = "cpu") -> Any:
-    """torchtitan Qwen3ModelArgs for an HF Qwen3 (`qwen3`) or Qwen3-MoE (`qwen3_moe`)
-    config.json. MoE: every layer sparse, softmax top-k routing (`norm_topk_prob` -> route
-    norm), no shared experts, no load-balancing bias (RL: the server never sees it), grouped
-    matmuls on CUDA only."""
+    """torchtitan Qwen3ModelArgs for an HF Qwen3 (`qwen3`), Qwen3-MoE (`qwen3_moe`) or Qwen2
+    (`qwen2`: no q/k norms; its q/k/v biases are added at load, `add_qkv_bias`) config.json.
+    MoE: every layer sparse, softmax top-k routing (`norm_topk_prob` -> route norm), no shared
+    experts, no load-balancing bias (RL: the server never sees it), grouped matmuls on CUDA
+    only."""
     from torchtitan.protocols.train_spec import get_train_spec
 
     model_type = hf.get("model_type")
-    if model_type not in ("qwen3", "qwen3_moe"):
-        raise NotImplementedError(f"model_type {model_type!r}: only qwen3 / qwen3_moe")
-    if hf.get("attention_bias") or hf.get("use_sliding_window"):
+    if model_type not in MODEL_TYPES:
+        raise NotImplementedError(f"model_type {model_type!r}: only {' / '.join(MODEL_TYPES)}")
+    if model_type == "qwen2":
+        if sliding := _sliding_layers(hf):
+            raise NotImplementedError(
+                f"qwen2 with sliding-window attention (layers {sliding[0]}..{sliding[-1]}) "
+                "is not supported")
+    elif hf.get("attention_bias") or hf.get("use_sliding_window"):
         raise NotImplementedError("attention_bias / sliding window are not supported")
     if hf.get("hidden_act", "silu") != "silu":
         raise NotImplementedError(f"hidden_act {hf['hidden_act']!r}")
@@ -129,7 +162,7 @@ def model_args_from_hf(hf: dict, attention: str, device_type: str = "cpu") -> An
     args.vocab_size = hf["vocab_size"]
     args.norm_eps = hf.get("rms_norm_eps", 1e-6)
     args.rope_theta = _rope_theta(hf)
-    args.qk_norm = True
+    args.qk_norm = model_type != "qwen2"
     args.max_seq_len = hf.get("max_position_embeddings", 40960)
     args.enable_weight_tying = bool(hf.get("tie_word_embeddings", False))
     eos = hf.get("eos_token_id")
@@ -213,8 +246,9 @@ def load_policy(
     float8_fsdp_all_gather: bool = False,
     expert_parallel: int = 1,
 ) -> Policy:
-    """Build the torchtitan Qwen3 on `meta`, materialise it on `device` in fp32, load the HF
-    weights (strict: every parameter must come from the checkpoint), swap the block linears
+    """Build the torchtitan Qwen3 on `meta` (Qwen2: with q/k/v biases, without q/k norms),
+    materialise it on `device` in fp32, load the HF weights (strict: every parameter, biases
+    included, must come from the checkpoint), swap the block linears
     for torchao float8 ones when `float8 != "none"` (see `convert_float8`), then apply
     torchtitan's `parallelize_fn`: activation checkpointing (`none|selective|full`; selective =
     op-level), per-block `torch.compile`, and FSDP2 over `dp_size` ranks (needs an initialised
@@ -231,6 +265,8 @@ def load_policy(
     spec = get_train_spec(TRAIN_SPEC)
     with torch.device("meta"):
         model = spec.model_cls(args)
+    if has_qkv_bias(hf):
+        add_qkv_bias(model)
     model.to_empty(device=device)
     with torch.device(device):  # non-persistent buffers (to_empty leaves them uninitialised)
         model.rope_cache = model._precompute_rope_cache()
@@ -244,6 +280,8 @@ def load_policy(
         model.output.weight = model.tok_embeddings.weight
     model.output = LogprobHead(model.output.weight)
     adapter = spec.state_dict_adapter(args, None)
+    if has_qkv_bias(hf):
+        adapter.from_hf_map.update(QKV_BIAS_MAP)  # `to_hf` inverts this mapping on each call
     hf_tensors = load_hf_tensors(ckpt_dir)
     source_dtype = hf_tensors["model.embed_tokens.weight"].dtype
     state = adapter.from_hf({k: v for k, v in hf_tensors.items() if "rotary_emb" not in k})
@@ -269,6 +307,16 @@ def load_policy(
     return Policy(
         model, adapter, hf, ckpt_dir, source_dtype, attention, dp_size, expert_parallel, after_step
     )
+
+
+def add_qkv_bias(model: nn.Module) -> None:
+    """Give every layer's q/k/v projection (`wq`, `wk`, `wv`; torchtitan's Qwen3 builds them
+    without) a bias parameter, on the weights' device and dtype (uninitialised: `load_policy`
+    fills it from the checkpoint, strictly). The output projection keeps none, as in Qwen2."""
+    for layer in model.layers.values():
+        for linear in (layer.attention.wq, layer.attention.wk, layer.attention.wv):
+            w = linear.weight
+            linear.bias = nn.Parameter(torch.empty(w.shape[0], device=w.device, dtype=w.dtype))
 
 
 def check_attention(attention: str, device: torch.device) -> None:
