@@ -16,6 +16,7 @@ WANT=(
   fastapi==0.136.3 starlette==1.10.0 uvicorn==0.54.0 orjson tenacity
   torchtitan==0.2.2 torchdata tyro docstring_parser typeguard torchao==0.17.0
   "datasets==4.7.*" dill==0.4.1 multiprocess docker inotify_simple swebench==5.0.2 unidiff
+  gguf==0.19.0  # `swefleet models import` (GGUF -> Hugging Face folder)
   pytest-asyncio  # the GPU tests (`pytest -m gpu`); the image has pytest but not this plugin
 )
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

