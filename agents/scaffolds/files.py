@@ -11,6 +11,8 @@ Problems the model can fix (missing file, a directory, a binary file, a bad line
 from __future__ import annotations
 
 import asyncio
+import difflib
+import re
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -21,6 +23,7 @@ T = TypeVar("T")
 
 #: Lines shown before and after an edit in its result.
 SNIPPET_CONTEXT_LINES = 3
+_NUMBERED = re.compile(r"^\s*\d+\t")
 
 
 class ToolError(Exception):
@@ -71,7 +74,8 @@ async def replace_once(
     old, new = old_str.encode(), new_str.encode()
     found = occurrences(data, old)
     if not found:
-        raise ToolError(f"old_str was not found in {path}; it must match the file exactly")
+        raise ToolError(f"old_str was not found in {path}; it must match the file exactly. "
+                        + not_found_hint(data, old_str))
     if len(found) > 1:
         lines = ", ".join(str(data.count(b"\n", 0, i) + 1) for i in found[:10])
         raise ToolError(
@@ -82,6 +86,30 @@ async def replace_once(
     edited = data[:at] + new + data[at + len(old) :]
     await _bounded(sandbox.write_file(path, edited), path, "write", timeout_s)
     return _snippet(path, edited, at, len(new))
+
+
+def not_found_hint(data: bytes, old_str: str) -> str:
+    """What is likely wrong with an `old_str` that is not in the file: line numbers copied from
+    `view`, other indentation (the line where it would match), or the closest line."""
+    old_lines = [line for line in old_str.split("\n") if line.strip()]
+    if old_lines and all(_NUMBERED.match(line) for line in old_lines):
+        return ("It starts with line numbers as `view` shows them: give only the file's text "
+                "after the tab.")
+    lines = split_lines(data)
+    stripped = [line.strip() for line in lines]
+    wanted = [line.strip() for line in old_str.split("\n")]
+    while wanted and not wanted[0]:
+        wanted.pop(0)
+    for n in range(len(lines) - len(wanted) + 1) if wanted else ():
+        if stripped[n : n + len(wanted)] == wanted:
+            return (f"It matches line {n + 1} if indentation is ignored: copy the spaces "
+                    f"exactly (view lines {n + 1}-{n + len(wanted)}).")
+    close = difflib.get_close_matches(wanted[0], stripped, n=1, cutoff=0.6) if wanted else []
+    if close:
+        n = stripped.index(close[0]) + 1
+        return (f"The closest line is {n}: `{close[0][:120]}`. View the lines around it and copy "
+                "old_str from there.")
+    return "View the lines you want to change and copy them exactly, indentation included."
 
 
 async def read_bytes(sandbox: Sandbox, path: str, timeout_s: float) -> bytes:

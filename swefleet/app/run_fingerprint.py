@@ -72,7 +72,10 @@ PATCH_AGENTS = ("oracle", "empty", "predictions")
 
 EVAL_RESULTS = ("episodes.jsonl",)
 RUN_RESULTS = ("episodes.jsonl", "batches/step_*.npz", "weights/v*", "model/config.json")
-SFT_RESULTS = ("oracle_episodes.jsonl", "batches/step_*.npz", "weights/v*", "model/config.json")
+SFT_RESULTS = (
+    "oracle_episodes.jsonl", "expert_episodes.jsonl", "batches/step_*.npz", "weights/v*",
+    "model/config.json",
+)
 """What a folder's results are, per command (`swefleet.fingerprint.holds_results`)."""
 
 

@@ -1,15 +1,18 @@
 """`swefleet sft`: supervised fine-tuning on agent trajectories, through the RL trainer process.
 
-Trajectories (the oracle's, played through the agent scaffold in real sandboxes, or a file a
-user brings: `trainer/sft_data.py`) -> token samples with the loss on the assistant tokens ->
-packed batch files (`swefleet/batch.py`) -> `python -m swefleet.trainer.main` with
-`trainer.loss = "sft"` -> HF checkpoints `weights/vNNNNNN/`; the last one is the result.
+Trajectories (the oracle's or the scripted expert's, `[sft] demonstrations`, played through
+the agent scaffold in real sandboxes, or a file a user brings: `trainer/sft_data.py`) -> token
+samples with the loss on the assistant tokens -> packed batch files (`swefleet/batch.py`) ->
+`python -m swefleet.trainer.main` with `trainer.loss = "sft"` -> HF checkpoints
+`weights/vNNNNNN/`; the last one is the result.
 
 Layout of the SFT directory (`<output_dir>/sft/` under `swefleet demo`):
 
 ```
 model/                   the starting model when the project creates it
 oracle_episodes.jsonl    the oracle trajectories (reused when the stage runs again)
+expert_episodes.jsonl    or the expert's resolved ones (`swefleet/app/sft_expert.py`), with
+expert_demonstrations.json   kept / dropped by reason, mean turns and tokens
 batches/step_NNNNNN.npz  one batch per optimizer step
 weights/vNNNNNN/         the final checkpoint (earlier versions are removed)
 trainer_metrics.jsonl    the trainer's per-step record (loss = mean NLL per trained token)
@@ -31,6 +34,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from swefleet.app.stage_bar import StageBar
 from swefleet.rundir import RunDir, read_jsonl, write_json_atomic
 
 if TYPE_CHECKING:
@@ -73,12 +77,17 @@ def run_sft(cfg: RunConfig, sft_dir: Path, restart: bool = False) -> Path:
 
 def _trained_task_ids(cfg: RunConfig) -> list[str]:
     """The ids of the tasks SFT trains on: those of a trajectories file's records (`task_id`,
-    mini-swe-agent's `instance_id`), else the oracle's `[tasks]` (`rl.training_tasks`: a test
-    split is refused)."""
+    mini-swe-agent's `instance_id`), else the demonstrations' `[tasks]` (`rl.training_tasks`: a
+    test split is refused; expert demonstrations refuse every split but `train`)."""
     if not cfg.sft.trajectories:
         from swefleet.app.rl import training_tasks
 
-        return [t.instance_id for t in training_tasks(cfg)]
+        tasks = training_tasks(cfg)
+        if cfg.sft.demonstrations == "expert":
+            from swefleet.app.sft_expert import check_train_only
+
+            check_train_only(tasks)
+        return [t.instance_id for t in tasks]
     from swefleet.trainer.sft_data import _records
 
     records = _records(Path(cfg.sft.trajectories))
@@ -97,6 +106,12 @@ def _samples(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> list[dict]:
     if cfg.sft.trajectories:
         samples = sft_data.load_samples(cfg.sft.trajectories, ChatML(tokenizer),
                                         cfg.sft.min_reward)
+    elif cfg.sft.demonstrations == "expert":
+        from swefleet.app.sft_expert import expert_episodes
+
+        trajs = expert_episodes(cfg, run_dir.root / "expert_episodes.jsonl", tokenizer)
+        _check_fits(cfg, trajs)
+        samples = [s for t in trajs for s in sft_data.trajectory_sample(t)]
     else:
         trajs = oracle_episodes(cfg, run_dir.root / "oracle_episodes.jsonl", tokenizer)
         samples = [s for t in trajs for s in sft_data.trajectory_sample(t)]
@@ -131,7 +146,7 @@ async def _oracle(cfg: RunConfig, tasks: list, tokenizer) -> list:
     from swefleet.trainer.sft_oracle import oracle_trajectories
 
     farm = make_farm(f"{cfg.name}-sft-{uuid.uuid4().hex[:8]}", cfg.envs)
-    bar = _Bar("oracle trajectories", len(tasks))
+    bar = StageBar("oracle trajectories", len(tasks))
     try:
         await farm.start()
         return await oracle_trajectories(tasks, farm, tokenizer, cfg.agent,
@@ -142,12 +157,17 @@ async def _oracle(cfg: RunConfig, tasks: list, tokenizer) -> list:
 
 
 def _check_fits(cfg: RunConfig, trajs: list) -> None:
-    """Warn when an oracle reply is longer than the agent may generate in one turn."""
+    """Warn when a demonstration's reply is longer than the agent may generate in one turn, or
+    its turns more than the agent may take."""
     longest = max(len(turn.completion_ids) for t in trajs for turn in t.turns)
     if longest > cfg.agent.max_tokens_per_turn:
-        log.warning("an oracle reply has %d tokens, more than agent.max_tokens_per_turn=%d: the "
-                    "fine-tuned model cannot write it in one turn", longest,
+        log.warning("a demonstration's reply has %d tokens, more than agent.max_tokens_per_turn"
+                    "=%d: the fine-tuned model cannot write it in one turn", longest,
                     cfg.agent.max_tokens_per_turn)
+    turns = max(len(t.turns) for t in trajs)
+    if turns > cfg.agent.max_steps:
+        log.warning("a demonstration takes %d turns, more than agent.max_steps=%d", turns,
+                    cfg.agent.max_steps)
 
 
 def _write_batches(cfg: RunConfig, run_dir: RunDir, samples: list[dict]) -> None:
@@ -189,7 +209,7 @@ def _train(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> None:
 def _follow(proc: subprocess.Popen, run_dir: RunDir, steps: int) -> None:
     from swefleet.orchestrator.retention import prune_weights
 
-    bar = _Bar("sft", steps)
+    bar = StageBar("sft", steps)
     try:
         while proc.poll() is None:
             time.sleep(0.5)
@@ -209,35 +229,6 @@ def _prune_versions(run_dir: RunDir, keep: int) -> None:
     for version, path in version_dirs(run_dir.weights).items():
         if version != keep:
             shutil.rmtree(path, ignore_errors=True)
-
-
-class _Bar:
-    """A rich progress bar on stderr (one task)."""
-
-    def __init__(self, label: str, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=Console(stderr=True))
-        self.task = self.progress.add_task(label, total=total)
-        self.progress.start()
-
-    def advance(self) -> None:
-        self.progress.advance(self.task)
-
-    def set(self, done: int, label: str) -> None:
-        self.progress.update(self.task, completed=done, description=label)
-
-    def close(self) -> None:
-        self.progress.stop()
 
 
 def sft_losses(sft_dir: Path) -> list[float]:

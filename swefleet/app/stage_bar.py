@@ -1,0 +1,32 @@
+"""One rich progress bar on stderr for a stage of work (oracle or expert episodes, SFT steps)."""
+
+from __future__ import annotations
+
+
+class StageBar:
+    """A rich progress bar on stderr (one task)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=Console(stderr=True))
+        self.task = self.progress.add_task(label, total=total)
+        self.progress.start()
+
+    def advance(self) -> None:
+        self.progress.advance(self.task)
+
+    def set(self, done: int, label: str) -> None:
+        self.progress.update(self.task, completed=done, description=label)
+
+    def close(self) -> None:
+        self.progress.stop()

@@ -1,0 +1,315 @@
+"""The scripted expert: its plan from a task record (edits unique, the view around the function,
+the test command, the issue's example, never the hidden tests), replies that parse in both
+scaffolds' formats, a whole episode through the real loop on a local repository that ends with
+the gold fix, and the count of tasks it drops, with their reasons."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from swefleet.agents.config import AgentConfig
+from swefleet.agents.expert import (
+    ExpertSkip,
+    changed_tokens,
+    parse_hunks,
+    plan_demonstration,
+    reproduction_script,
+)
+from swefleet.agents.expert_dialogue import ExpertAbort, expert_steps, render_step
+from swefleet.agents.expert_run import expert_demonstrations, summary
+from swefleet.agents.scaffolds import BashScaffold, ToolScaffold
+from swefleet.envs.tasks import load_tasks
+
+from swefleet.types import EpisodeStatus, GradeCause, GradeResult, GradeStatus, Task
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds shared helpers
+from local_sandbox import LocalShellSandbox
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+CALC = '''"""Small arithmetic helpers."""
+
+
+def clamp(x, lo, hi):
+    """`x` limited to [lo, hi]."""
+    if x < lo:
+        return lo
+    if x < hi:
+        return hi
+    return x
+
+
+def total(xs):
+    result = 0
+    for x in xs:
+        result -= x
+    return result
+'''
+GOLD = """diff --git a/calc/core.py b/calc/core.py
+--- a/calc/core.py
++++ b/calc/core.py
+@@ -5,7 +5,7 @@ def clamp(x, lo, hi):
+     \"\"\"`x` limited to [lo, hi].\"\"\"
+     if x < lo:
+         return lo
+-    if x < hi:
++    if x > hi:
+         return hi
+     return x
+ 
+@@ -13,5 +13,5 @@ def clamp(x, lo, hi):
+ def total(xs):
+     result = 0
+     for x in xs:
+-        result -= x
++        result += x
+     return result
+"""
+TESTS = "from calc.core import clamp\n\n\ndef test_clamp_low():\n    assert clamp(-1, 0, 5) == 0\n"
+STATEMENT = """clamp() returns hi for values inside the range
+
+```python
+>>> from calc.core import clamp, total
+>>> clamp(3, 0, 5)
+5
+>>> total([1, 2])
+-3
+```
+"""
+
+
+def _task(**extra) -> Task:
+    return Task.model_validate({
+        "instance_id": "calc__calc-1", "repo": "calc/calc", "problem_statement": STATEMENT,
+        "patch": GOLD, "bug_kind": "flipped_comparison",
+        "FAIL_TO_PASS": ["tests/test_core.py::test_clamp_secret_hidden"], **extra})
+
+
+def _files(text: str = CALC) -> dict[str, bytes]:
+    return {"calc/core.py": text.encode()}
+
+
+REPO_FILES = ["calc/__init__.py", "calc/core.py", "tests/test_core.py", "tests/test_other.py"]
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def test_plan_edits_each_hunk_with_unique_old_text_and_reads_the_record():
+    plan = plan_demonstration(_task(), _files(), REPO_FILES)
+    assert [(e.old, e.new) for e in plan.edits] == [
+        ("    if x < hi:", "    if x > hi:"), ("        result -= x", "        result += x")]
+    assert plan.edits[0].why == ("Line 8 has `<` where it needs `>`: the comparison is the wrong "
+                                 "way round.")
+    assert (plan.function, plan.def_line, plan.view_range) == ("clamp", 4, (4, 10))
+    assert plan.grep == "grep -rn 'def clamp(' calc"
+    assert plan.test_command == "python3 -m pytest -q -x tests/test_core.py"  # named after core
+    assert plan.reproduction == ("from calc.core import clamp, total\nprint(repr(clamp(3, 0, 5)))\n"
+                                 "print(repr(total([1, 2])))")
+    text = json.dumps(plan.__dict__, default=str)
+    assert "test_clamp_secret_hidden" not in text  # nothing from FAIL_TO_PASS
+
+
+def test_plan_prefers_the_synth_record_and_the_task_test_files():
+    task = _task(synth={"file": "calc/core.py", "function": "total", "seed": 0},
+                 test_files=["tests/test_other.py"],
+                 test_cmd="PYTHONHASHSEED=0 python3 -m pytest -rA -o addopts= --color=no")
+    plan = plan_demonstration(task, _files(), [])
+    assert (plan.function, plan.def_line, plan.view_range) == ("total", 13, (13, 17))
+    assert plan.test_command == "python3 -m pytest -q -x -o addopts= tests/test_other.py"
+
+
+def test_an_old_text_that_repeats_takes_context_until_it_is_unique():
+    doubled = CALC.replace("    return x\n", "    if x < hi:\n        pass\n    return x\n")
+    patch = GOLD.split("@@ -13,5")[0]
+    plan = plan_demonstration(_task(patch=patch), _files(doubled), REPO_FILES)
+    (edit,) = plan.edits
+    assert edit.old == "        return lo\n    if x < hi:" and edit.line == 7
+    assert doubled.count(edit.old) == 1
+
+
+def test_a_hunk_that_cannot_be_made_unique_is_skipped_with_its_reason():
+    block = "x = 1\n" * 30  # every window of up to 12 lines of context repeats
+    patch = "--- a/calc/core.py\n+++ b/calc/core.py\n@@ -15,1 +15,1 @@\n-x = 1\n+x = 2\n"
+    with pytest.raises(ExpertSkip) as err:
+        plan_demonstration(_task(patch=patch), _files(block), REPO_FILES)
+    assert err.value.reason == "ambiguous_edit"
+    with pytest.raises(ExpertSkip) as err:
+        plan_demonstration(_task(patch=GOLD.replace("result -= x", "result *= x")), _files(),
+                           REPO_FILES)
+    assert err.value.reason == "patch_mismatch"
+
+
+def test_bundled_patches_parse_and_removed_branches_are_explained():
+    for path in ("envs/data/quickstart/tasks.jsonl", "envs/data/pypi/tasks.jsonl"):
+        for task in load_tasks(REPO / path):
+            hunks = parse_hunks(task.patch)
+            assert hunks and all(h.path.endswith(".py") for h in hunks), task.instance_id
+            assert all(any(tag != " " for tag, _ in h.lines) for h in hunks)
+    body = "def f(n):\n    if n > 1:\n        pass\n    return n\n"
+    patch = "--- a/m.py\n+++ b/m.py\n@@ -3,1 +3,1 @@\n-        pass\n+        return 0\n"
+    task = Task(instance_id="m-1", repo="m/m", problem_statement="f", patch=patch)
+    plan = plan_demonstration(task, {"m.py": body.encode()}, [])
+    assert plan.edits[0].why == ("On line 3, the `if n > 1:` branch does nothing (its body is "
+                                 "just `pass`); it should do `return 0`.")
+    assert plan.edits[0].old == "        pass"  # unique as it is
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("    if a < b:", "    if a > b:", ("<", ">")),
+    ("    return f(x, y)", "    return f(y, x)", ("x, y", "y, x")),
+    ("    if not ok and done:", "    if ok and done:", ("not ok", "ok")),
+    ("    return a + b", "    return a + b + 1", ("b", "b + 1")),
+    ('    sep = "-"', '    sep = "_"', ('"-"', '"_"')),
+])
+def test_changed_tokens(old, new, expected):
+    assert changed_tokens(old, new) == expected
+
+
+def test_the_quickstart_issues_give_runnable_examples():
+    for task in load_tasks(REPO / "envs/data/quickstart/tasks.jsonl"):
+        script = reproduction_script(task.problem_statement)
+        assert script.startswith("from textkit import") and "print(repr(" in script, script
+        compile(script, task.instance_id, "exec")
+    assert reproduction_script("no example here") == ""
+
+
+# ---------------------------------------------------------------- the replies
+
+
+def _observation(step, fixed: bool) -> str:
+    if step.tool == "bash" and "pytest" in step.arguments["command"]:
+        return "<tool_response>\n<returncode>0</returncode>\n<output>\n3 passed in 0.1s\n</output>"
+    if step.tool == "str_replace":
+        return "<tool_response>\nEdited calc/core.py. Lines 1-3 of 18 now read:\n..."
+    if step.tool == "bash" and "grep" in step.arguments["command"]:
+        return "<returncode>0</returncode>\n<output>\ncalc/core.py:4:def clamp(x, lo, hi):\n"
+    return "<tool_response>\n<returncode>0</returncode>\n<output>\n5\n-3\n</output>"
+
+
+def _steps(plan, task):
+    dialogue, steps, obs = expert_steps(plan, task), [], None
+    while True:
+        try:
+            step = next(dialogue) if obs is None else dialogue.send(obs)
+        except StopIteration:
+            return steps
+        steps.append(step)
+        obs = _observation(step, fixed=len(steps) > 5)
+
+
+def test_replies_parse_in_both_scaffolds_in_the_workflow_order():
+    task = _task()
+    plan = plan_demonstration(task, _files(), REPO_FILES)
+    steps = _steps(plan, task)
+    tools = ToolScaffold(AgentConfig(scaffold="tools"))
+    bash = BashScaffold(AgentConfig())
+    actions = [tools.parse_action(render_step(s, "tools"), "stop") for s in steps]
+    assert [a.tool for a in actions] == ["bash", "bash", "bash", "view", "str_replace",
+                                         "str_replace", "bash", "bash", "submit"]
+    assert actions[0].command == actions[-2].command == plan.test_command
+    assert actions[3].arguments == {"path": "calc/core.py", "view_range": [4, 10]}
+    for step in steps:
+        text = render_step(step, "bash")
+        assert "```bash" in text and bash.parse_action(text, "stop").command
+    assert steps[0].thought.startswith("The issue: clamp() returns hi for values inside the "
+                                       "range. First I run the tests")
+    assert steps[1].thought.startswith("All 3 tests pass, so they do not cover")
+    assert steps[-1].thought == "All 3 tests pass. The fix is done, so I submit."
+
+
+def test_tests_that_fail_after_the_fix_abort_the_demonstration():
+    task = _task()
+    dialogue = expert_steps(plan_demonstration(task, _files(), REPO_FILES), task)
+    step = next(dialogue)
+    for _ in range(7):
+        step = dialogue.send(_observation(step, fixed=False))
+    assert step.tool == "bash" and "pytest" in step.arguments["command"]
+    with pytest.raises(ExpertAbort) as err:
+        dialogue.send("<returncode>1</returncode>\n<output>\nE   assert 5 == 3\n1 failed\n")
+    assert err.value.reason == "tests_fail_after_fix"
+
+
+# ---------------------------------------------------------------- whole episodes
+
+
+class _LocalFarm:
+    def __init__(self, root: Path, files: dict[str, str]) -> None:
+        self.root, self.files, self.n = root, files, 0
+
+    @asynccontextmanager
+    async def acquire(self, task):
+        self.n += 1
+        yield LocalShellSandbox.create(self.root / f"{task.instance_id}-{self.n}", self.files)
+
+
+class _PatchGrader:
+    """Resolved when the patch holds both fixed lines (a deterministic fake of the grader)."""
+
+    async def grade(self, task, patch):
+        ok = all(line in patch for line in ("+    if x > hi:", "+        result += x"))
+        status = GradeStatus.resolved if ok else GradeStatus.unresolved
+        return GradeResult(instance_id=task.instance_id, status=status, cause=GradeCause.tests)
+
+
+@pytest.mark.parametrize("scaffold", ["tools", "bash"])
+async def test_expert_episodes_through_the_loop_are_kept_or_counted(tok, tmp_path, monkeypatch,
+                                                                    scaffold):
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    files = {"calc/__init__.py": "", "calc/core.py": CALC, "tests/test_core.py": TESTS}
+    ambiguous = "--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -1,0 +1,1 @@\n+x = 1\n"
+    tasks = [_task(), _task(instance_id="calc__calc-2", patch=ambiguous)]
+    agent = AgentConfig(scaffold=scaffold, max_steps=3, max_tokens_per_turn=200,
+                        context_budget_tokens=16384, command_timeout_s=30)
+    demos = await expert_demonstrations(tasks, _LocalFarm(tmp_path, files), _PatchGrader(),
+                                        tok, agent)
+    kept, dropped = demos
+    assert kept.kept and kept.trajectory.status == EpisodeStatus.resolved
+    assert kept.trajectory.reward == 1.0 and len(kept.trajectory.turns) == 9
+    assert (dropped.kept, dropped.reason) == (False, "ambiguous_edit")  # an empty file
+    assert dropped.trajectory is None  # skipped before any episode
+    info = summary(demos)
+    assert (info["kept"], info["dropped"], info["reasons"]) == (1, 1, {"ambiguous_edit": 1})
+    turns = kept.trajectory.turns
+    assert "1 passed" in turns[0].observation and "5\n-3" in turns[1].observation
+    assert "calc/core.py:4:def clamp" in turns[2].observation
+    assert "    10\t    return x" in turns[3].observation
+    assert "Line 8 has `<` where it needs `>`" in tok.decode(turns[4].completion_ids)
+    assert "3\n3" in turns[6].observation and "1 passed" in turns[7].observation
+    changed = [line for line in kept.trajectory.model_patch.splitlines()
+               if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert changed == ["-    if x < hi:", "+    if x > hi:", "-        result -= x",
+                       "+        result += x"]  # the gold patch, nothing else
+
+
+def test_sft_refuses_expert_demonstrations_of_heldout_tasks(tmp_path, capsys):
+    from swefleet.app.cli import main
+
+    out = tmp_path / "sft"
+    code = main(["sft", "--config", str(REPO / "configs" / "quickstart.toml"), "--set",
+                 'sft.demonstrations="expert"', "--set", 'tasks.split="heldout"',
+                 "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "3 of the 3 tasks are of split heldout: expert demonstrations are made from train " \
+           "tasks only" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("old_str", "hint"), [
+    ("     9\t    if x < hi:", "It starts with line numbers as `view` shows them"),
+    ("if x < hi:\n    return hi", "It matches line 8 if indentation is ignored"),
+    ("    if x <= hi:", "The closest line is 8: `if x < hi:`"),
+    ("nothing like it", "View the lines you want to change and copy them exactly"),
+])
+def test_str_replace_that_finds_nothing_says_why(old_str, hint):
+    from swefleet.agents.scaffolds.files import not_found_hint
+
+    assert not_found_hint(CALC.encode(), old_str).startswith(hint)
