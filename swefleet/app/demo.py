@@ -25,8 +25,6 @@ def demo_cli(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from swefleet.app.config import load_config
-    from swefleet.app.rl import run_rl
-    from swefleet.app.sft import run_sft
     from swefleet.rundir import default_output_dir
 
     cfg = load_config(args.config, args.set)
@@ -39,50 +37,88 @@ def demo_cli(args: argparse.Namespace) -> int:
         from swefleet.fingerprint import set_aside
 
         set_aside(out)
-    console = Console(stderr=True)
-    times: dict[str, float] = {}
-    n = 3 if cfg.final_eval.split else 2
-    if cfg.sft.steps:
-        console.rule(f"[bold]stage 1/{n}: SFT warm start[/] ({cfg.sft.steps} steps on "
-                     f"{cfg.sft.trajectories or 'oracle trajectories of the ' + str(cfg.tasks.split) + ' tasks'})")
-        t0 = time.monotonic()
-        cfg.model.path = str(run_sft(cfg, out / "sft"))
-        times["sft"] = time.monotonic() - t0
-    console.rule(f"[bold]stage 2/{n}: RL[/] ({cfg.orchestrator.steps} steps from {cfg.model.path or 'the random-init model'})")
-    t0 = time.monotonic()
-    code = run_rl(cfg)
-    times["rl"] = time.monotonic() - t0
+    stages = _Stages(out, demo_stages(cfg), Console(stderr=True))
+    code = _run_stages(cfg, args, out, stages)
     if code != 0:
         return code
-    if cfg.final_eval.split:
-        console.rule(f"[bold]stage 3/{n}: eval[/] of the final checkpoint on the "
-                     f"{cfg.final_eval.split} tasks")
-        t0 = time.monotonic()
-        code = _final_eval(cfg, args, out)
-        times["eval"] = time.monotonic() - t0
-    print_demo_summary(cfg, out, times)
+    print_demo_summary(cfg, out, stages.times)
     from swefleet.evals.run_report import write_run_report
 
     write_run_report(out)  # plots and index.md of every stage
-    return code
+    return 0
 
 
-def _final_eval(cfg, args: argparse.Namespace, out: Path) -> int:
-    from swefleet.app.eval import run_eval_cli
-    from swefleet.app.eval_args import parse_eval_args
+def demo_stages(cfg) -> list[str]:
+    """The stages this config runs, in order: `eval_base`, `sft`, `eval_sft`, `rl`, `eval`."""
+    fe = cfg.final_eval
+    names = ["eval_base"] if fe.split and fe.base else []
+    names += ["sft"] if cfg.sft.steps else []
+    names += ["eval_sft"] if fe.split and fe.after_sft and cfg.sft.steps else []
+    return names + ["rl"] + (["eval"] if fe.split else [])
+
+
+def _run_stages(cfg, args: argparse.Namespace, out: Path, stages: _Stages) -> int:
+    """Run each stage not finished yet; a finished one keeps its recorded time."""
+    from swefleet.app.demo_evals import eval_done, run_stage_eval
+    from swefleet.app.rl import run_rl
+    from swefleet.app.sft import run_sft
     from swefleet.rundir import RunDir
 
-    model = RunDir(out).weights_path(cfg.orchestrator.steps)
-    argv = ["--agent", "model", "--model", str(model), "--tasks", cfg.tasks.path,
-            "--split", cfg.final_eval.split, "-k", str(cfg.final_eval.k),
-            "--config", args.config, "--output-dir", str(_eval_dir(cfg, out))]
-    for item in args.set:
-        argv += ["--set", item]
-    return run_eval_cli(parse_eval_args(argv))
+    split = cfg.final_eval.split
+
+    def evaluate(name: str, stage: str, what: str, model: str) -> int:
+        if name not in stages.names or not stages.start(
+                name, f"eval of {what} on the {split} tasks", eval_done(cfg, out, stage)):
+            return 0
+        return stages.timed(run_stage_eval, cfg, args, out, stage, model)
+
+    if code := evaluate("eval_base", "base", cfg.model.path, cfg.model.path):
+        return code
+    if cfg.sft.steps:
+        done = (RunDir(out / "sft").weights_path(cfg.sft.steps) / "config.json").exists()
+        source = cfg.sft.trajectories or f"oracle trajectories of the {cfg.tasks.split} tasks"
+        stages.start("sft", f"SFT warm start ({cfg.sft.steps} steps on {source})", done)
+        sft_dir = out / "sft"
+        checkpoint = run_sft(cfg, sft_dir) if done else stages.timed(run_sft, cfg, sft_dir)
+        cfg.model.name, cfg.model.path = "", str(checkpoint)  # RL starts from the SFT weights
+    if code := evaluate("eval_sft", "sft", "the SFT checkpoint", cfg.model.path):
+        return code
+    final = RunDir(out).weights_path(cfg.orchestrator.steps)
+    rl_done = (final / "config.json").exists()
+    start = cfg.model.path or "the random-init model"
+    if stages.start("rl", f"RL ({cfg.orchestrator.steps} steps from {start})", rl_done):
+        code = stages.timed(run_rl, cfg)
+    return code or evaluate("eval", "rl", "the final checkpoint", str(final))
 
 
-def _eval_dir(cfg, out: Path) -> Path:
-    return out / f"eval-{cfg.final_eval.split}"
+class _Stages:
+    """Stage banners and times; the times are kept in `demo_times.json`, so a resumed demo
+    reports each stage's time from the run that did it, not the no-op of the resume."""
+
+    def __init__(self, out: Path, names: list[str], console) -> None:
+        self.path, self.names, self.console = out / "demo_times.json", names, console
+        self.times: dict[str, float] = (json.loads(self.path.read_text())
+                                        if self.path.exists() else {})
+        self._current = ""
+
+    def start(self, name: str, what: str, done: bool) -> bool:
+        """Print the banner of stage `name`; True when it has to run (not `done`)."""
+        i = self.names.index(name) + 1
+        tail = " (done: kept)" if done else ""
+        self.console.rule(f"[bold]stage {i}/{len(self.names)}[/]: {what}{tail}")
+        self._current = name
+        return not done
+
+    def timed(self, fn, *args):
+        """Run the current stage's `fn(*args)` and record its wall time."""
+        from swefleet.rundir import write_text_atomic
+
+        t0 = time.monotonic()
+        result = fn(*args)
+        self.times[self._current] = round(time.monotonic() - t0, 1)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.path, json.dumps(self.times, indent=2) + "\n")
+        return result
 
 
 def _demonstration_likelihood(cfg, out: Path) -> tuple[float, float] | None:
@@ -121,11 +157,12 @@ def reward_trend(metrics: list[dict], window: int = 5) -> dict | None:
 
 def demo_summary(cfg, out: Path, times: dict[str, float]) -> dict:
     """The figures of a demo run: SFT loss, RL reward per step and its trend, the SFT
-    demonstrations' probability before and after RL, the held-out eval."""
+    demonstrations' probability before and after RL, the held-out evals (base, SFT, final) and
+    their paired tests."""
     from swefleet.app.sft import sft_losses
 
     summary: dict = {"run": str(out), "times_s": {k: round(v, 1) for k, v in times.items()}}
-    if "sft" in times:
+    if cfg.sft.steps:
         losses = sft_losses(out / "sft") or [float("nan")]
         summary["sft"] = {"steps": cfg.sft.steps, "loss_first": losses[0], "loss_last": losses[-1]}
     metrics = read_jsonl(out / "metrics.jsonl")
@@ -136,36 +173,50 @@ def demo_summary(cfg, out: Path, times: dict[str, float]) -> dict:
     likelihood = _demonstration_likelihood(cfg, out)
     if likelihood is not None:
         summary["rl"]["p_demonstrations"] = {"sft": likelihood[0], "rl": likelihood[1]}
-    report = _eval_dir(cfg, out) / "report.json"
-    if "eval" in times and report.exists():
-        rep = json.loads(report.read_text())
-        summary["eval"] = {"split": cfg.final_eval.split, "k": cfg.final_eval.k,
-                           **{key: rep.get(key) for key in ("success_rate", "ci95",
-                                                            "n_episodes", "n_tasks", "pass_at_k")}}
+    from swefleet.app.demo_evals import eval_summary, paired_tests, stage_reports
+
+    reports = stage_reports(cfg, out)
+    split, k = cfg.final_eval.split, cfg.final_eval.k
+    for stage, key in (("base", "eval_base"), ("sft", "eval_sft"), ("rl", "eval")):
+        if stage in reports:
+            summary[key] = eval_summary(reports[stage], split, k)
+    if len(reports) > 1:
+        summary["paired"] = paired_tests(reports)
     return summary
 
 
 def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
-    """(stage, result, time s) rows of the demo's table."""
-    times, rows = summary["times_s"], []
+    """(stage, result, time s) rows of the demo's table, in stage order, then the paired tests."""
+    from swefleet.app.demo_evals import paired_rows
+
+    times, rows = summary["times_s"], _eval_rows(summary, "eval_base", "eval base")
     if sft := summary.get("sft"):
         rows.append(("sft", (f"{sft['steps']} steps, loss {sft['loss_first']:.3f} -> "
-                            f"{sft['loss_last']:.3f}"), f"{times['sft']:.0f}"))
+                            f"{sft['loss_last']:.3f}"), _time(times, "sft")))
+    rows += _eval_rows(summary, "eval_sft", "eval sft")
     rl = summary["rl"]
     rows.append((f"rl ({rl['split']})", "reward per step " + " ".join(
-        f"{r:.2f}" for r in rl["reward_per_step"]), f"{times.get('rl', 0):.0f}"))
+        f"{r:.2f}" for r in rl["reward_per_step"]), _time(times, "rl")))
     if trend := rl.get("trend"):
         rows.append(("", "reward first {w} -> last {w} steps {first:.3f} -> {last:.3f} "
                          "(diff {diff:+.3f}, SE {se:.3f}, z {z:.1f})".format(
                              w=trend["window"], **trend), ""))
     if p := rl.get("p_demonstrations"):
         rows.append(("", f"P(demonstrations) sft {p['sft']:.2f} -> rl {p['rl']:.2f}", ""))
-    if ev := summary.get("eval"):
-        lo, hi = ev.get("ci95") or (float("nan"), float("nan"))
-        rows.append((f"eval ({ev['split']})", (f"success {ev['success_rate']:.2f} "
-                     f"(95% CI {lo:.2f}-{hi:.2f}) over {ev['n_episodes']} episodes "
-                     f"({ev['n_tasks']} tasks x {ev['k']})"), f"{times['eval']:.0f}"))
-    return rows
+    return rows + _eval_rows(summary, "eval", "eval") + paired_rows(summary.get("paired", []))
+
+
+def _eval_rows(summary: dict, key: str, label: str) -> list[tuple[str, str, str]]:
+    if not (ev := summary.get(key)):
+        return []
+    lo, hi = ev.get("ci95") or (float("nan"), float("nan"))
+    return [(f"{label} ({ev['split']})", (f"success {ev['success_rate']:.2f} (95% CI "
+             f"{lo:.2f}-{hi:.2f}) over {ev['n_episodes']} episodes ({ev['n_tasks']} tasks x "
+             f"{ev['k']})"), _time(summary["times_s"], key))]
+
+
+def _time(times: dict[str, float], stage: str) -> str:
+    return f"{times[stage]:.0f}" if stage in times else ""
 
 
 def write_demo_summary(out: Path, summary: dict) -> None:

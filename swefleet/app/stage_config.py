@@ -4,6 +4,8 @@ pydantic only, no command module."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -17,8 +19,16 @@ class SFTConfig(BaseModel):
     trajectories: str = ""
     """Trajectories file to train on: `episodes.jsonl` of a run or an eval (swefleet episodes,
     same tokenizer) or mini-swe-agent trajectories (JSON/JSONL with `messages`). Empty: the
-    oracle's trajectories of the `[tasks]` (gold patch applied through `[agent]`'s scaffold,
-    then submitted), recorded in real sandboxes."""
+    demonstrations of `demonstrations` on the `[tasks]`, recorded in real sandboxes."""
+    demonstrations: Literal["oracle", "expert"] = "oracle"
+    """What SFT trains on when `trajectories` is empty. `oracle`: the gold patch applied
+    through `[agent]`'s scaffold (one `git apply`), then submitted: an answer. `expert`: the
+    scripted expert (`agents/expert.py`) works the bug through the scaffold as an engineer
+    would (run the tests of the bug's area, replay the issue's example, grep the function,
+    view it, one `str_replace` per gold hunk, rerun, submit), a sentence of reasoning before
+    each action; only episodes the grader resolves are kept (`expert_demonstrations.json`
+    counts the dropped ones and why). Expert demonstrations are made from tasks of split
+    `train` only: other splits among the `[tasks]` are refused."""
     min_reward: float = 1.0
     """Episodes of a swefleet trajectories file are kept when their reward is at least this
     (1.0: the resolved ones)."""
@@ -29,11 +39,13 @@ class SFTConfig(BaseModel):
     seed: int = 0
     """Seed of the sample order."""
     oracle_concurrency: int = Field(2, ge=1)
-    """Oracle episodes (sandboxes) at a time."""
+    """Oracle or expert episodes (sandboxes) at a time."""
 
 
 class FinalEvalConfig(BaseModel):
-    """The eval after RL in `swefleet demo`."""
+    """The held-out evals of `swefleet demo`: after RL, and optionally of the starting model and
+    of the SFT checkpoint, on the same tasks and k, so that each pair is a paired comparison
+    (McNemar's exact test in `demo_summary.md`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -41,3 +53,10 @@ class FinalEvalConfig(BaseModel):
     """Tasks of `[tasks]`'s file to evaluate the final checkpoint on (`heldout`); None: no eval."""
     k: int = Field(1, ge=1)
     """Attempts per task."""
+    base: bool = False
+    """Also evaluate the starting model (`[model]`, before SFT) first (`eval-<split>-base/`):
+    the baseline the later stages are compared with. Needs a checkpoint (`[model] path` or
+    `name`)."""
+    after_sft: bool = False
+    """Also evaluate the SFT checkpoint before RL starts (`eval-<split>-sft/`), so that RL's own
+    gain is measured against SFT alone."""
