@@ -58,9 +58,10 @@ class ModelConfig(BaseModel):
 
 
 def resolve_model_name(model: ModelConfig) -> ModelConfig:
-    """`model` with `path` set to the cached folder of `model.name` (as it is without a name);
-    a one-line ValueError when the name is not cached or `path`/`create` ask for another
-    checkpoint."""
+    """`model` with `path` set to the cached folder of `model.name` (as it is without a name, or
+    while the name is not cached here: `check_model_path` refuses it when a run needs the
+    checkpoint, so that configs naming a model still load, show and plan anywhere); a one-line
+    ValueError when `path`/`create` ask for another checkpoint."""
     if not model.name:
         return model
     from swefleet.models.cache import cached_hf_dir, hf_dir
@@ -70,12 +71,20 @@ def resolve_model_name(model: ModelConfig) -> ModelConfig:
                          "give one")
     try:
         return model.model_copy(update={"path": str(cached_hf_dir(model.name))})
-    except ValueError as e:
-        raise ValueError(f"model.name: {e}") from None
+    except ValueError:
+        return model
 
 
 def check_model_path(model: ModelConfig) -> None:
-    """One-line ValueError when `model.path` names no checkpoint and the run may not create one."""
+    """One-line ValueError when `model.path` names no checkpoint and the run may not create one,
+    or `model.name` is not cached on this machine."""
+    if model.name and not model.path:
+        from swefleet.models.cache import cached_hf_dir
+
+        try:
+            cached_hf_dir(model.name)
+        except ValueError as e:
+            raise ValueError(f"model.name: {e}") from None
     if not model.path or model.create or (Path(model.path) / "config.json").exists():
         return
     what = "has no config.json" if Path(model.path).is_dir() else "does not exist"

@@ -24,10 +24,11 @@ from swefleet.rundir import read_jsonl
 def demo_cli(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from swefleet.app.config import load_config
+    from swefleet.app.config import check_model_path, load_config
     from swefleet.rundir import default_output_dir
 
     cfg = load_config(args.config, args.set)
+    check_model_path(cfg.model)
     out = Path(args.output_dir) if args.output_dir else default_output_dir(cfg.name)
     cfg.output_dir = str(out)
     from swefleet.app.disk_preflight import check_run_disk

@@ -52,9 +52,11 @@ def test_a_cached_name_becomes_the_model_path(home):
                        topology=False).model.path == str(folder)
 
 
-def test_a_name_not_cached_says_how_to_pull_it(home):
+def test_a_name_not_cached_loads_but_a_run_says_how_to_pull_it(home):
+    cfg = load_config(_config(home, f'[model]\nname = "{NAME}"\n'), topology=False)
+    assert cfg.model.name == NAME and cfg.model.path == ""  # config show / plan work anywhere
     with pytest.raises(ValueError) as e:
-        load_config(_config(home, f'[model]\nname = "{NAME}"\n'), topology=False)
+        check_model_path(cfg.model)  # never the random-init model in its place
     assert str(e.value).count("\n") == 0
     assert f"model.name: {NAME} is not cached" in str(e.value)
     assert f"`swefleet models pull {NAME}`" in str(e.value)

@@ -17,7 +17,7 @@ CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 #: run on the CPU (the eval config leaves inference on its default, the CPU)
 CPU = {"quickstart", "learning_sanity", "slurm_cpu", "gpu_bwrap_eval"}
 GPU = {"gpu_8x_moe", "gpu_bench", "gpu_bwrap_rl", "gpu_demo", "gpu_embedded", "gpu_long",
-       "gpu_moe_vllm", "gpu_vllm",
+       "gpu_moe_vllm", "gpu_real", "gpu_vllm",
        "gpu_vllm_2gpu"}
 GPU_RUN = """
 [model]
