@@ -54,13 +54,17 @@ _IDENT = re.compile(r"[A-Za-z_]\w*")
 _EXAMPLE = re.compile(r"```(?:python|pycon|py)?\n(.*?)```", re.DOTALL)
 
 
-class ExpertSkip(ValueError):
-    """The expert cannot write a demonstration for this task; `reason` is one of
-    `SKIP_REASONS`."""
+class ReasonedError(Exception):
+    """An error that carries a one-word `reason` (counted in the demonstrations' summary)."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
+
+
+class ExpertSkip(ReasonedError, ValueError):
+    """The expert cannot write a demonstration for this task; `reason` is one of
+    `SKIP_REASONS`."""
 
 
 @dataclass

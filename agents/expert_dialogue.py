@@ -23,7 +23,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from swefleet.agents.expert import ExpertPlan, issue_title
+from swefleet.agents.expert import ExpertPlan, ReasonedError, issue_title
 from swefleet.agents.protocol import ChatTokenizer
 from swefleet.agents.scaffolds.bash import SUBMIT_SENTINEL
 from swefleet.inference.protocol import Completion
@@ -38,12 +38,9 @@ _RETURNCODE = re.compile(r"<returncode>(-?\d+|none)</returncode>")
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?)\b")
 
 
-class ExpertAbort(RuntimeError):
-    """An observation the plan did not expect: the demonstration is dropped."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
+class ExpertAbort(ReasonedError, RuntimeError):
+    """An observation the plan did not expect: the demonstration is dropped; `reason` is one of
+    `ABORT_REASONS`."""
 
 
 @dataclass
