@@ -1,9 +1,13 @@
 """Qwen3-style tool calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in the
 reply text, checked against the tool schemas in `agents/prompts/tools/tools.json`.
 
-Exactly one call per reply. Everything that keeps a reply from being one valid call (no call,
-several, an unclosed tag, invalid JSON, an unknown tool, missing / extra / mistyped arguments)
-raises `FormatError` with a message that says what to fix.
+Exactly one call per reply. Small models often drop the tags: a reply whose `<tool_call>` is
+never closed counts when what follows the tag is one whole JSON object and nothing else, and a
+reply with no tags counts when exactly one JSON object with a string "name" starts one of its
+lines (several such objects are several calls). Everything else that keeps a reply from being
+one valid call (no call, several, an unclosed tag with more after it, invalid JSON, an unknown
+tool, missing / extra / mistyped arguments) raises `FormatError` with a message that says what
+to fix. The trainer sees the reply's tokens as generated either way.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from swefleet.agents.protocol import Action, FormatError
 TOOLS_FILE = PROMPTS_DIR / "tools" / "tools.json"
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN = "<tool_call>"
+_DECODER = json.JSONDecoder()
+_LINE_OBJECT = re.compile(r"^[ \t]*\{", re.MULTILINE)
+_MAX_BARE = 32
 
 
 class _Arguments(BaseModel):
@@ -97,13 +104,50 @@ def tool_action(call: object) -> Action:
 def _one_call(text: str) -> str:
     calls = _CALL.findall(text)
     opened = text.count(_OPEN)
-    if not calls:
-        if opened:
-            raise FormatError("a <tool_call> was opened but not closed with </tool_call>")
-        raise FormatError("no <tool_call> found")
     if max(opened, len(calls)) > 1:
         raise FormatError(f"found {max(opened, len(calls))} tool calls; exactly one is allowed")
-    return calls[0].strip()
+    if calls:
+        return calls[0].strip()
+    if opened:
+        body = _whole_object(text.split(_OPEN, 1)[1])
+        if body is None:
+            raise FormatError("a <tool_call> was opened but not closed with </tool_call>")
+        return body
+    bare = _bare_calls(text)
+    if len(bare) > 1:
+        raise FormatError(f"found {len(bare)} tool calls; exactly one is allowed")
+    if not bare:
+        raise FormatError("no <tool_call> found")
+    return bare[0]
+
+
+def _whole_object(text: str) -> str | None:
+    """`text` stripped when it is exactly one JSON object, else None."""
+    body = text.strip()
+    try:
+        obj, end = _DECODER.raw_decode(body)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return body if end == len(body) and isinstance(obj, dict) else None
+
+
+def _bare_calls(text: str) -> list[str]:
+    """JSON objects with a string "name" that start a line of `text` (at most `_MAX_BARE` line
+    starts are tried, so a hostile reply costs little)."""
+    found: list[str] = []
+    found_end = 0
+    for match in list(_LINE_OBJECT.finditer(text))[:_MAX_BARE]:
+        start = match.end() - 1
+        if start < found_end:  # inside the object found last
+            continue
+        try:
+            obj, end = _DECODER.raw_decode(text, start)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+            found.append(text[start:end])
+            found_end = end
+    return found
 
 
 def _name_and_arguments(call: object) -> tuple[str, dict[str, Any]]:

@@ -116,6 +116,10 @@ def test_parse_valid_tool_calls(text, action):
     "text, message",
     [
         ("I am done.", "no <tool_call> found"),
+        ('I would run {"command": "ls"}.', "no <tool_call> found"),
+        ('{"name": "bash", "arguments": {"command": "ls"}}\n{"name": "submit", "arguments": {}}',
+         "found 2 tool calls"),
+        ('<tool_call>\n{"name": "submit", "arguments": {}}\nand then more', "opened but not closed"),
         ('<tool_call>\n{"name": "bash", "argu', "opened but not closed"),
         (call("bash", command="ls") + call("submit"), "found 2 tool calls"),
         ("<tool_call>{name: bash}</tool_call>", "not valid JSON: Expecting property name"),
@@ -271,3 +275,21 @@ async def test_tool_episode_edits_tests_and_submits(tok, sandbox):
         context = prompt + turn.completion_ids
     assert traj.turns[1].prompt_ids == chat.observation_delta(view.completion_ids, view.observation)
     assert tok.decode(traj.turns[1].prompt_ids).startswith("\n<|im_start|>user\n<tool_response>\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n',  # never closed
+        '{"name": "bash", "arguments": {"command": "ls -la"}}',  # no tags (small models)
+        'List the files first.\n  {"name": "bash", "arguments": {"command": "ls -la"}}\nDone.',
+    ],
+)
+def test_untagged_or_unclosed_single_calls_count(text):
+    assert parse_tool_call(text) == Action(tool="bash", command="ls -la",
+                                           arguments={"command": "ls -la"})
+
+
+def test_a_hostile_reply_of_braces_is_refused_quickly():
+    with pytest.raises(FormatError, match="no <tool_call> found"):
+        parse_tool_call("{\n" * 20000)
