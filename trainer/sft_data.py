@@ -69,8 +69,12 @@ def messages_sample(messages: list[dict], chat: ChatML) -> dict:
 
 
 def _records(path: Path) -> list[dict]:
-    """The JSON records of a JSON document, a JSON list, JSONL, or a directory of `*.traj.json`
-    documents (`swefleet export mini-swe-agent` writes one `.traj.json` per instance)."""
+    """The JSON records of a JSON document, a JSON list, JSONL, an eval's output folder (its
+    `trajectories/<task>/<attempt>.json` episodes: rejection fine-tuning on a model's own
+    verified successes), or a directory of `*.traj.json` documents (`swefleet export
+    mini-swe-agent` writes one `.traj.json` per instance)."""
+    if path.is_dir() and (path / "trajectories").is_dir():
+        return [r for f in sorted((path / "trajectories").glob("*/*.json")) for r in _records(f)]
     if path.is_dir():
         return [r for f in sorted(path.rglob("*.traj.json")) for r in _records(f)]
     text = path.read_text(encoding="utf-8")
@@ -82,13 +86,18 @@ def _records(path: Path) -> list[dict]:
 
 
 def load_samples(path: str | Path, chat: ChatML, min_reward: float = 1.0) -> list[dict]:
-    """The SFT samples of a trajectories file: swefleet episodes (JSONL of `Trajectory`,
-    those with reward >= `min_reward`) or mini-swe-agent trajectories (`messages`)."""
+    """The SFT samples of a trajectories file or folder (`_records`): swefleet episodes
+    (`Trajectory`, those with reward >= `min_reward`) or mini-swe-agent trajectories
+    (`messages`)."""
     path = Path(path)
     samples: list[dict] = []
     for i, record in enumerate(_records(path)):
         if "messages" in record:
             samples.append(messages_sample(record["messages"], chat))
+        elif isinstance(record.get("turns"), int):
+            raise ValueError(f"{path}: record {i} is an eval's summary of an episode (no "
+                             "tokens): pass the eval's output folder, whose trajectories/ "
+                             "hold the episodes")
         elif "turns" in record:
             traj = Trajectory.model_validate(record)
             if traj.reward is not None and traj.reward >= min_reward:

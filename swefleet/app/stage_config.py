@@ -17,8 +17,10 @@ class SFTConfig(BaseModel):
     steps: int = Field(0, ge=0)
     """Optimizer steps. 0: no SFT stage (`swefleet demo` starts RL from `[model]`)."""
     trajectories: str = ""
-    """Trajectories file to train on: `episodes.jsonl` of a run or an eval (swefleet episodes,
-    same tokenizer) or mini-swe-agent trajectories (JSON/JSONL with `messages`). Empty: the
+    """What to train on instead of recorded demonstrations: `episodes.jsonl` of an RL run, an
+    eval's output folder (its `trajectories/`: rejection fine-tuning on a model's own resolved
+    episodes), both swefleet episodes of the same tokenizer, or mini-swe-agent trajectories
+    (JSON/JSONL with `messages`). Empty: the
     demonstrations of `demonstrations` on the `[tasks]`, recorded in real sandboxes."""
     demonstrations: Literal["oracle", "expert"] = "oracle"
     """What SFT trains on when `trajectories` is empty. `oracle`: the gold patch applied

@@ -85,6 +85,15 @@ def test_episode_and_chat_samples_train_on_assistant_tokens_only(tok, tmp_path):
     path.write_text(good.model_dump_json() + "\n" + bad.model_dump_json() + "\n")
     (sample,) = load_samples(path, chat)  # the unresolved one is left out
     assert sample["tokens"] == prompt + reply
+    evaluated = tmp_path / "eval"  # an eval's folder: rejection fine-tuning on its successes
+    for traj, attempt in ((good, 0), (bad, 1)):
+        (evaluated / "trajectories" / "t").mkdir(parents=True, exist_ok=True)
+        (evaluated / "trajectories" / "t" / f"{attempt}.json").write_text(traj.model_dump_json())
+    (evaluated / "episodes.jsonl").write_text(json.dumps(
+        {"task_id": "t", "attempt": 0, "turns": 1, "resolved": True}) + "\n")
+    assert load_samples(evaluated, chat) == [sample]
+    with pytest.raises(ValueError, match="pass the eval's output folder"):
+        load_samples(evaluated / "episodes.jsonl", chat)
     assert sample["loss_mask"] == [False] * len(prompt) + [True] * len(reply)
 
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "fix it"},
