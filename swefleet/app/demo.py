@@ -105,8 +105,8 @@ class _Stages:
     def start(self, name: str, what: str, done: bool) -> bool:
         """Print the banner of stage `name`; True when it has to run (not `done`)."""
         i = self.names.index(name) + 1
-        tail = " (done: kept)" if done else ""
-        self.console.rule(f"[bold]stage {i}/{len(self.names)}[/]: {what}{tail}")
+        kept = " (done, kept)" if done else ""  # before `what`: a long rule is cut at its end
+        self.console.rule(f"[bold]stage {i}/{len(self.names)}{kept}[/]: {what}")
         self._current = name
         return not done
 
