@@ -115,6 +115,16 @@ def plant(text: str, path: str, fail_to_pass: list[str], deciding: list[str],
     return _rebuild(lines, dropped, inserts, rng), out
 
 
+def planted_lines(text: str, names: set[str]) -> list[list[int]]:
+    """The 1-based line ranges [first, last] (decorators included) of the functions called one
+    of `names` in `text`: where the grader's own code stands in a planted file."""
+    tree = _parse(text)
+    return [] if tree is None else sorted(
+        [min([n.lineno] + [d.lineno for d in n.decorator_list]), n.end_lineno]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names)
+
+
 def _parse(text: str) -> ast.Module | None:
     if "\r" in text.replace("\r\n", ""):
         return None  # lone CR line ends: line numbers would not match `ast`'s
@@ -134,7 +144,8 @@ def _find(tree: ast.Module, chain: list[str]):
         if len(hits) != 1 or not isinstance(hits[0], kinds):
             return None  # absent, or defined twice (the last one wins: left alone)
         if last:
-            return hits[0], _Scope(_spots(body, owners[-1] if owners else None), top)
+            spots = _spots(body, owners[-1] if owners else None)
+            return hits[0], _Scope(_ready(body, hits[0], spots), top)
         owners.append(hits[0])
         body, top = hits[0].body, False
     return None
@@ -146,6 +157,52 @@ def _spots(body: list[ast.stmt], owner: ast.ClassDef | None) -> list[int]:
     spots = [min([n.lineno] + [d.lineno for d in n.decorator_list]) - 1 for n in body
              if isinstance(n, _DEFS)]
     return spots + [owner.end_lineno if owner is not None else -1]
+
+
+def _ready(body: list[ast.stmt], node, spots: list[int]) -> list[int]:
+    """The spots of `spots` where a copy of `node` sees what its definition evaluates (its
+    decorators, defaults, annotations) bound as the original does: after the last statement of
+    `body` before the original that binds one of their names, and not after the first one after
+    it (a parametrize list calling a helper defined below the first test would otherwise raise
+    NameError when the file is imported)."""
+    used = {n.id for part in (*node.decorator_list, node.args, node.returns) if part is not None
+            for n in ast.walk(part) if isinstance(n, ast.Name)}
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    lo, hi = 0, None
+    for stmt in body:
+        if stmt is node or not (_binds(stmt) & used or _star(stmt)):
+            continue
+        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])]) - 1
+        if first < start:
+            lo = max(lo, stmt.end_lineno)
+        elif hi is None:
+            hi = first
+    fit = [s for s in spots if lo <= (s if s >= 0 else 1 << 30) <= (1 << 30 if hi is None else hi)]
+    return fit or [start]  # the original's own place always fits
+
+
+def _star(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names)
+
+
+def _binds(stmt: ast.stmt) -> set[str]:
+    """Names a statement of a module or class body binds in that scope (not inside the
+    functions, classes and lambdas it defines)."""
+    out, todo = set(), [stmt]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, _DEFS):
+            out.add(n.name)
+            todo += [*n.decorator_list, *getattr(n, "bases", [])]
+            continue
+        if isinstance(n, ast.Lambda):
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, ast.alias):
+            out.add((n.asname or n.name).split(".")[0])
+        todo.extend(ast.iter_child_nodes(n))
+    return out
 
 
 def _why_not(text: str, lines: list[str], tree: ast.Module, found, func: str,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from swefleet.envs.canary_ids import is_planted
 from swefleet.envs.patchfiles import split_patch
-from swefleet.envs.tamper import tamper_evidence
+from swefleet.envs.tamper import plant_failure, tamper_evidence
 
 from swefleet.types import GradeCause, GradeResult, GradeStatus, Task
 
@@ -240,6 +240,10 @@ def _decide_tests(task: Task, output: str, exit_code: int | None, result: GradeR
     result.tests = {t: st for t, st in status_map.items()  # the task's own
                     if not is_planted(t, verdict or {})}
     deciding = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+    if why := plant_failure(output, verdict or {}):  # the grader's fault: never a verdict
+        result.status, result.cause = GradeStatus.error, GradeCause.infra
+        result.reason = f"{REASON_INFRA}: {why}"
+        return
     if why := tamper_evidence(status_map, exit_code, deciding, verdict or {}):
         result.status, result.cause = GradeStatus.tampered, GradeCause.tampered
         result.reason = f"{REASON_TAMPERED}: " + "; ".join(why)[:1000]

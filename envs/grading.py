@@ -66,7 +66,7 @@ from swefleet.envs.gradelog import (
 from swefleet.envs.hosts import HostSet, connect, engine_fault
 from swefleet.envs.protect import drop_protected, matches, pytest_section
 from swefleet.envs.protocol import Grader, InfraError
-from swefleet.envs.tamper import runner_flags
+from swefleet.envs.tamper import junit_collect_errors, runner_flags
 from swefleet.envs.tamperrun import plant_canaries, task_view
 from swefleet.envs.testrun import capture_script, run_in_container
 
@@ -278,6 +278,7 @@ class _Session:
             self.lines.append(TESTS_TIMEOUT)
         elif self.evidence:
             self.evidence["junit"] = junit
+            self.evidence["collect_errors"] = junit_collect_errors(run.report or b"")
         return self._finish(
             {"phase": "tests", "exit_code": None if timed_out else rc, "timed_out": timed_out}
         )

@@ -98,6 +98,27 @@ def _junit_keys(ids: set[str]) -> dict[tuple[str, str], str]:
     return keys
 
 
+def junit_collect_errors(xml: bytes) -> list[str]:
+    """The test files (`a/b/test_x.py` as pytest's JUnit writer dots them: `a.b.test_x`) that
+    the JUnit report `xml` records as failing to collect with a NameError; [] when none or when
+    it is no report."""
+    if not xml or len(xml) > _XML_CAP:
+        return []
+    out = []
+    for doc in (d for d in _XML_DECL.split(xml) if d.strip()):
+        try:
+            root = ET.fromstring(doc)
+        except ET.ParseError:
+            return []
+        for case in root.iter("testcase"):
+            error = case.find("error")
+            if error is None or error.get("message") != "collection failure":
+                continue
+            if "NameError" in (error.text or ""):
+                out.append(".".join(p for p in (case.get("classname"), case.get("name")) if p))
+    return out
+
+
 def junit_outcomes(xml: bytes, ids: set[str]) -> dict[str, str] | None:
     """`passed` / `failed` per id of `ids` the JUnit XML report `xml` holds (an xfail counts as
     passed, as swebench counts XFAIL), `missing` for those it lacks, or None when it is not a
@@ -128,6 +149,39 @@ def junit_outcomes(xml: bytes, ids: set[str]) -> dict[str, str] | None:
     for node_id in ids:
         out.setdefault(node_id, "missing")
     return out
+
+
+_COLLECT_ERROR = re.compile(r"^_{3,} ERROR collecting (\S+) _{3,}$", re.MULTILINE)
+_SECTION_END = re.compile(r"^(?:_{3,} |={3,}|-{3,} )", re.MULTILINE)
+_FRAME = re.compile(r"^(\S+?):(\d+): (?:in \S+|\w+)$", re.MULTILINE)
+
+
+def plant_failure(output: str, verdict: dict) -> str:
+    """Why the grader's own planting broke the run ('' when it did not): a planted test file
+    failed to collect with a NameError raised on a line the grader wrote (a copied deciding test
+    or a canary, `verdict["planted"]`), e.g. a copy placed above a helper its decorators call.
+    Such a run says nothing about the patch; a collection error raised elsewhere (the package,
+    an import line of the file) is the patch's. The log alone is not enough (the tested code
+    can print): the JUnit report must record that file's collection failure too
+    (`verdict["collect_errors"]`, `junit_collect_errors`)."""
+    planted, reported = verdict.get("planted"), verdict.get("collect_errors")
+    if not isinstance(planted, dict) or not isinstance(reported, list):
+        return ""
+    for m in _COLLECT_ERROR.finditer(output):
+        path, rest = m[1], output[m.end():]
+        end = _SECTION_END.search(rest)
+        section = rest[: end.start() if end else len(rest)]
+        frames = _FRAME.findall(section)
+        if not frames or frames[-1][0] != path or not re.search(r"^E +NameError\b", section,
+                                                                  re.MULTILINE):
+            continue
+        if re.sub(r"\.py$", "", path).replace("/", ".") not in reported:
+            continue  # pytest's own report (out of the tests' reach) must say so too
+        line = int(frames[-1][1])
+        ranges = planted.get(path) or []
+        if any(isinstance(r, list) and len(r) == 2 and r[0] <= line <= r[1] for r in ranges):
+            return f"a planted test file failed to collect: {path}:{line}: NameError"
+    return ""
 
 
 def tamper_evidence(status_map: dict[str, str], exit_code: int | None, deciding: list[str],

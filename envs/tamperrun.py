@@ -42,6 +42,7 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
                     if canary.applies_to(task.log_parser, p)]
     twin_files = _twin_files(task)
     planted, must_pass, must_fail, twins = {}, [], [], canary_twins.Twins()
+    lines: dict[str, list[list[int]]] = {}
     reserved = _deciding_names(task)  # renamed out of their files: no canary takes them
     for path in dict.fromkeys(canary_files + twin_files):
         text = new = _read_text(session, path)
@@ -56,6 +57,9 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
             new, must_pass, must_fail = done[0], must_pass + done[1], must_fail + done[2]
         if new != text:
             planted[path] = new
+            ours = {i.rpartition("::")[2] for i in [*twins.renamed, *twins.functions, *must_pass,
+                                                    *must_fail] if i.split("::", 1)[0] == path}
+            lines[path] = canary_twins.planted_lines(new, ours)
     if twins.renamed or twins.kept:
         session.lines.append(_twins_line(twins))
     if not planted:
@@ -66,7 +70,7 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     script = " && ".join(f"cat {scratch}/{names[p]} > {shlex.quote(p)}" for p in planted)
     if not session._sh(script, f"canaries planted in {len(planted)} test files"):
         return {}
-    out = {"canaries": {"pass": must_pass, "fail": must_fail}}
+    out = {"canaries": {"pass": must_pass, "fail": must_fail}, "planted": lines}
     return {**out, "twins": twins.as_dict()} if twins.renamed else out
 
 
