@@ -51,8 +51,8 @@ def make_model(preset: str, out: Path) -> Path:
 
     shape = dict(PRESETS[preset])
     dtype = shape.pop("save_dtype", "float32")
-    if "num_experts" in shape:
-        raise SystemExit(f"--preset {preset}: a dense preset please")
+    if "num_experts" in shape or shape.get("model_type", "qwen3") != "qwen3":
+        raise SystemExit(f"--preset {preset}: a dense Qwen3 preset please")
     torch.manual_seed(0)
     config = Qwen3Config(**shape, tie_word_embeddings=False, torch_dtype=dtype)
     Qwen3ForCausalLM(config).to(getattr(torch, dtype)).save_pretrained(out)

@@ -44,8 +44,8 @@ class ModelConfig(BaseModel):
     preset: str = "tiny"
     """Size preset of the project-made model (`swefleet/tinymodel.py`), used when `path` is empty
     or `create` is set: `tiny`, `small` (CPU), `tiny-moe` (a Qwen3-MoE whose servers return
-    routed experts, replayed by the trainer); GPU: `qwen3-0.6b` (the Qwen3-0.6B shape) and
-    `qwen3-moe-small` (12 layers of 64 experts, top 8)."""
+    routed experts, replayed by the trainer), `tiny-qwen2` (a Qwen2 with q/k/v biases); GPU:
+    `qwen3-0.6b` (the Qwen3-0.6B shape) and `qwen3-moe-small` (12 layers of 64 experts, top 8)."""
     seed: int = 0
     """Seed of the random init."""
 
