@@ -8,15 +8,18 @@ run; eval: per-task outcomes). Noise (docs/bench.md):
   exact test on the paired attempts when both reports cover the same task attempts (same tasks,
   same number of scored attempts each), else Fisher's exact test on the success counts;
   pass@k / pass^k: the sign test over tasks when both cover the same tasks, else not tested.
-  p < 0.05 is "distinguishable", otherwise "not distinguishable". The bootstrap CI over tasks
-  is shown as the delta's spread (it collapses to a point when all outcomes are equal: never a
-  verdict).
+  p < 0.05 is "distinguishable", otherwise "not distinguishable". No verdict when even the most
+  lopsided outcome on this many pairs (or attempts) could not reach p < 0.05 ("too few shared
+  tasks (n=2) for a verdict"). Two evals with no task in common are refused. The bootstrap CI
+  over tasks is shown as the delta's spread, never as the verdict, and not at all when it has
+  zero width (every resample alike: all tasks' deltas equal).
 Metrics without raw samples, or with a single one on a side, are "not tested".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from swefleet.evals.bench_data import PHASES
 from swefleet.evals.bench_events import is_steady
@@ -49,6 +52,7 @@ def compare_reports(a: dict, b: dict, *, n_boot: int = 2000, seed: int = 0) -> d
         rows = _bench_rows(a, b, n_boot, seed)
         changes = {k: list(v) for k, v in config_diff(a["config"], b["config"]).items()}
     else:
+        _check_shared_tasks(a["per_task"], b["per_task"])
         rows, changes = _eval_rows(a, b, n_boot, seed), {}
     return {"schema": SCHEMA, "compared": kind, "config_changes": changes, "rows": rows}
 
@@ -68,8 +72,26 @@ def _row(metric: str, va: float | None, vb: float | None,
         "rel_delta": delta / va if delta is not None and va else None,
         "ci95": list(ci) if ci else None,
         "test": test[0] if test else None, "p_value": test[1] if test else None,
-        "beyond_noise": beyond, "note": note,
+        "beyond_noise": beyond, "no_verdict": None, "note": note,
     }
+
+
+class _ExactTest(NamedTuple):
+    """An exact test's result and what its sample allows."""
+
+    name: str
+    p: float
+    best_p: float
+    """The smallest p any outcome on this sample could give (all pairs favouring one side)."""
+    sample: str
+    """The sample, for "too few <sample> for a verdict": `shared tasks (n=2)`."""
+
+
+def _check_shared_tasks(a: dict[str, list[bool]], b: dict[str, list[bool]]) -> None:
+    """Two evals of disjoint task sets measure different things: refuse them."""
+    if not a.keys() & b.keys():
+        raise ValueError(f"no shared tasks: A covers {len(a)} tasks, B {len(b)} others; "
+                         "no paired test possible (compare evals of the same tasks)")
 
 
 def steady_samples(report: dict, field: str) -> list[list[float]]:
@@ -121,13 +143,18 @@ def _eval_rows(a: dict, b: dict, n_boot: int, seed: int) -> list[dict]:
         va, vb = mean(list(ta.values())), mean(list(tb.values()))
         test = (_success_test(a["per_task"], b["per_task"]) if metric == "success_rate"
                 else _sign_test(ta, tb))
-        note = f"{test[0] if test else 'not tested'}, tasks {len(ta)} vs {len(tb)}"
+        note = f"{test.name if test else 'not tested'}, tasks {len(ta)} vs {len(tb)}"
         ci = None
         if min(len(ta), len(tb)) >= 2:
             ci, _ = bootstrap_task_delta_ci(ta, tb, n_boot=n_boot, seed=seed)
-        row = _row(metric, va, vb, ci, note, test)
+        if ci is not None and ci[0] == ci[1]:  # every resample alike: no spread to show
+            ci, note = None, f"{note}; bootstrap CI of zero width not shown"
+        row = _row(metric, va, vb, ci, note, test and (test.name, test.p))
         if test is None:  # a bootstrap CI of success outcomes is no test (it can collapse)
             row["beyond_noise"] = None
+        elif test.best_p >= SIGNIFICANCE:
+            row["beyond_noise"] = None
+            row["no_verdict"] = f"too few {test.sample} for a verdict"
         rows.append(row)
     for key in ("flip_rate", "infra_errors", "n_tasks", "n_episodes", "tokens_mean", "wall_s_mean"):
         rows.append(_row(key, a.get(key), b.get(key)))
@@ -147,26 +174,33 @@ def paired_attempts(a: dict[str, list[bool]], b: dict[str, list[bool]]
     return [pair for t in sorted(scored_a) for pair in zip(scored_a[t], scored_b[t])]
 
 
-def _success_test(a: dict[str, list[bool]], b: dict[str, list[bool]]) -> tuple[str, float]:
+def _success_test(a: dict[str, list[bool]], b: dict[str, list[bool]]) -> _ExactTest:
     """McNemar's exact test on paired attempts, else Fisher's on the success counts."""
     pairs = paired_attempts(a, b)
     if pairs is not None:
         a_only = sum(1 for x, y in pairs if x and not y)
         b_only = sum(1 for x, y in pairs if y and not x)
-        return "paired: McNemar exact", mcnemar_exact_p(a_only, b_only)
+        tasks = sum(1 for o in a.values() if o)
+        sample = (f"shared tasks (n={tasks})" if len(pairs) == tasks
+                  else f"paired attempts (n={len(pairs)} on {tasks} shared tasks)")
+        return _ExactTest("paired: McNemar exact", mcnemar_exact_p(a_only, b_only),
+                          mcnemar_exact_p(len(pairs), 0), sample)
     na, nb = sum(len(o) for o in a.values()), sum(len(o) for o in b.values())
     sa, sb = sum(sum(o) for o in a.values()), sum(sum(o) for o in b.values())
-    return "unpaired: Fisher exact", fisher_exact_p(sa, na, sb, nb)
+    best = min(fisher_exact_p(na, na, 0, nb), fisher_exact_p(0, na, nb, nb)) if na and nb else 1.0
+    return _ExactTest("unpaired: Fisher exact", fisher_exact_p(sa, na, sb, nb), best,
+                      f"scored attempts (n={na} vs {nb})")
 
 
-def _sign_test(ta: dict[str, float], tb: dict[str, float]) -> tuple[str, float] | None:
+def _sign_test(ta: dict[str, float], tb: dict[str, float]) -> _ExactTest | None:
     """The sign test over tasks (ties dropped) when both cover the same tasks; None (not
     tested) otherwise."""
     if ta.keys() != tb.keys():
         return None
     a_better = sum(1 for t in ta if ta[t] > tb[t])
     b_better = sum(1 for t in ta if tb[t] > ta[t])
-    return "paired: sign test over tasks", mcnemar_exact_p(a_better, b_better)
+    return _ExactTest("paired: sign test over tasks", mcnemar_exact_p(a_better, b_better),
+                      mcnemar_exact_p(len(ta), 0), f"shared tasks (n={len(ta)})")
 
 
 def _fmt(x: float | None) -> str:
@@ -193,6 +227,8 @@ def compare_markdown(result: dict, name_a: str = "A", name_b: str = "B") -> str:
 
 
 def _verdict(row: dict) -> str:
+    if row.get("no_verdict"):
+        return row["no_verdict"]
     if row["beyond_noise"] is None:
         return "not tested"
     if row.get("p_value") is not None:

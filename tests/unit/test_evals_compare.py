@@ -77,11 +77,11 @@ def test_eval_paired_success_rate_delta():
 
 
 def test_eval_small_difference_is_within_noise_and_unpaired_when_tasks_differ():
-    a = _eval({"a": [True], "b": [False], "c": [True], "d": [False]})
-    b = _eval({"a": [True], "b": [True], "c": [True], "d": [False]})
+    a = _eval({f"t{i}": [i % 2 == 0] for i in range(8)})
+    b = _eval({f"t{i}": [i % 2 == 0 or i == 1] for i in range(8)})
     sr = _rows(compare_reports(a, b, n_boot=500))["success_rate"]
-    assert sr["delta"] == pytest.approx(0.25) and sr["beyond_noise"] is False
-    c = _eval({"x": [True], "y": [False]})
+    assert sr["delta"] == pytest.approx(0.125) and sr["beyond_noise"] is False
+    c = _eval({"t0": [True], "y": [False]})
     assert "unpaired" in _rows(compare_reports(a, c, n_boot=100))["success_rate"]["note"]
 
 
@@ -117,7 +117,8 @@ def test_a_single_sample_is_never_beyond_noise(tmp_path):
     sr = _rows(compare_reports(_eval({"a": [False]}), _eval({"a": [True]}), n_boot=100))
     assert sr["success_rate"]["delta"] == 1.0 and sr["success_rate"]["ci95"] is None
     assert sr["success_rate"]["p_value"] == 1.0  # one discordant pair: McNemar's p is 1
-    assert sr["success_rate"]["beyond_noise"] is False
+    assert sr["success_rate"]["beyond_noise"] is None
+    assert sr["success_rate"]["no_verdict"] == "too few shared tasks (n=1) for a verdict"
     from tests.unit.evals_bench_fixture import write_run
 
     one = [build_bench_report([load_run(write_run(tmp_path / n, [5, t], steps=2))])
@@ -142,32 +143,41 @@ def test_exact_tests_match_textbook_values():
         fisher_exact_p(4, 3, 0, 1)
 
 
-def test_eval_few_tasks_are_not_distinguishable_unpaired_fisher():
-    """0/3 vs 2/2 looks like a jump from 0% to 100%; Fisher's exact test says p = 0.1."""
+def test_eval_few_attempts_unpaired_fisher_give_no_verdict():
+    """0/3 vs 2/2 looks like a jump from 0% to 100%; Fisher's exact test says p = 0.1, and no
+    outcome on 3 vs 2 attempts could go below 0.1: too few for a verdict."""
     a = _eval({"a": [False], "b": [False], "c": [False]})
-    b = _eval({"x": [True], "y": [True]})
+    b = _eval({"a": [True], "y": [True]})
     result = compare_reports(a, b, n_boot=200)
     sr = _rows(result)["success_rate"]
-    assert sr["p_value"] == pytest.approx(0.1) and sr["beyond_noise"] is False
+    assert sr["p_value"] == pytest.approx(0.1) and sr["beyond_noise"] is None
     assert sr["test"].startswith("unpaired: Fisher")
     assert _rows(result)["pass@1"]["beyond_noise"] is None  # no exact test unpaired: no verdict
-    assert "| 0.1 | not distinguishable | unpaired: Fisher exact" in compare_markdown(result)
+    assert ("| 0.1 | too few scored attempts (n=3 vs 2) for a verdict | unpaired: Fisher exact"
+            in compare_markdown(result))
+    many_a = _eval({f"t{i}": [False] for i in range(6)})
+    many_b = _eval({f"t{i}": [True] for i in range(1, 7)})  # 5 shared, 0/6 vs 6/6
+    sr = _rows(compare_reports(many_a, many_b, n_boot=200))["success_rate"]
+    assert sr["test"].startswith("unpaired: Fisher") and sr["p_value"] == pytest.approx(2 / 924)
+    assert sr["beyond_noise"] is True and sr["no_verdict"] is None
 
 
 def test_eval_paired_mcnemar_ignores_a_collapsed_bootstrap():
     """Same 3 tasks, all failed then all resolved: every bootstrap resample gives delta 1 (a
-    zero-width CI), but 3 discordant pairs give McNemar p = 2/8."""
+    zero-width CI, not shown), and 3 discordant pairs give McNemar p = 2/8 at best: no
+    verdict. 8 tasks the same way give p = 2/256: distinguishable, the CI still not shown."""
     a = _eval({"a": [False], "b": [False], "c": [False]})
     b = _eval({"a": [True], "b": [True], "c": [True]})
     rows = _rows(compare_reports(a, b, n_boot=200))
-    assert rows["success_rate"]["ci95"] == [1.0, 1.0]
+    assert rows["success_rate"]["ci95"] is None and "zero width" in rows["success_rate"]["note"]
     assert rows["success_rate"]["p_value"] == pytest.approx(0.25)
-    assert rows["success_rate"]["beyond_noise"] is False
+    assert rows["success_rate"]["beyond_noise"] is None
     assert rows["pass@1"]["test"] == "paired: sign test over tasks"
     big_a = _eval({f"t{i}": [False] for i in range(8)})
     big_b = _eval({f"t{i}": [True] for i in range(8)})
     sr = _rows(compare_reports(big_a, big_b, n_boot=200))["success_rate"]
     assert sr["p_value"] == pytest.approx(2 / 256) and sr["beyond_noise"] is True
+    assert sr["ci95"] is None
 
 
 def test_pairing_needs_the_same_task_attempts_in_attempt_order():
@@ -180,3 +190,43 @@ def test_pairing_needs_the_same_task_attempts_in_attempt_order():
         (False, True), (True, True)]
     assert paired_attempts({"a": [False, True]}, {"a": [True]}) is None  # an infra error
     assert paired_attempts({"a": [True]}, {"b": [True]}) is None
+
+
+def _write_evals(tmp_path, a: dict, b: dict) -> argparse.Namespace:
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(_eval(a)))
+    pb.write_text(json.dumps(_eval(b)))
+    return argparse.Namespace(a=str(pa), b=str(pb), json=None, n_boot=200, seed=0)
+
+
+def test_evals_without_a_shared_task_are_refused(tmp_path, capsys):
+    args = _write_evals(tmp_path, {f"a{i}": [True] for i in range(9)},
+                        {f"b{i}": [False] for i in range(9)})  # Fisher alone: p = 4e-05
+    with pytest.raises(ValueError, match="^no shared tasks: .*no paired test possible") as e:
+        report_compare_cli(args)
+    assert "\n" not in str(e.value)
+    assert "distinguishable" not in capsys.readouterr().out
+
+
+def test_two_task_oracle_vs_empty_gives_no_verdict_nor_interval(tmp_path, capsys):
+    """Oracle resolves both tasks, an empty patch neither: every bootstrap resample gives -1
+    ([-1, -1]) and no outcome on 2 pairs could reach p < 0.05."""
+    args = _write_evals(tmp_path, {"a": [True], "b": [True]}, {"a": [False], "b": [False]})
+    assert report_compare_cli(args) == 0
+    text = capsys.readouterr().out
+    assert "distinguishable" not in text and "[-1, -1]" not in text
+    line = next(x for x in text.splitlines() if x.startswith("| success_rate "))
+    assert "| too few shared tasks (n=2) for a verdict |" in line
+    assert [c.strip() for c in line.split("|")][6] == "–"  # the CI cell
+
+
+def test_enough_shared_tasks_still_give_a_verdict(tmp_path, capsys):
+    args = _write_evals(tmp_path, {f"t{i}": [True] for i in range(9)},
+                        {f"t{i}": [i % 3 == 0] for i in range(9)})  # 6 of 9 lost: p = 2/64
+    assert report_compare_cli(args) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith("| success_rate "))
+    assert "| 0.0312 | **distinguishable** |" in line
+    ci = [c.strip() for c in line.split("|")][6]
+    lo, hi = (float(x) for x in ci.strip("[]").split(","))
+    assert lo < hi < 0
