@@ -10,11 +10,11 @@ from swefleet.rundir import RunDir, read_jsonl
 
 
 def print_step(record: dict) -> None:
-    from rich.console import Console
+    from swefleet.console import make_console
 
     statuses = {k.split("/")[-1]: v for k, v in record.items() if k.startswith("rollout/status/")}
     drops = {k.split("/", 1)[1]: v for k, v in record.items() if k.startswith("drops/")}
-    Console(stderr=True).print(
+    make_console(stderr=True).print(
         f"[bold]step {record['step']}[/] {record['time/step_s']:.1f}s "
         f"(waited {record['time/wait_for_data_s']:.1f}s for data) "
         f"episodes={record['rollout/episodes']} reward={record['rollout/reward_mean']:.2f} "
@@ -24,8 +24,9 @@ def print_step(record: dict) -> None:
 
 
 def print_summary(run_dir: RunDir, records: list[dict], wall_s: float, served_version: int) -> dict:
-    from rich.console import Console
     from rich.table import Table
+
+    from swefleet.console import make_console
 
     episodes = read_jsonl(run_dir.episodes)
     trainer = read_jsonl(run_dir.trainer_metrics)
@@ -43,7 +44,7 @@ def print_summary(run_dir: RunDir, records: list[dict], wall_s: float, served_ve
             _fmt(tr.get("loss")), _fmt(tr.get("mismatch_kl")), _fmt(tr.get("staleness_kl")),
             _share(tr.get("stale_token_fraction")),
         )
-    console = Console()
+    console = make_console()
     console.print(table)
     at_end = [e for e in episodes if e.get("reason") == CANCELLED_AT_RUN_END]
     statuses = Counter(e["status"] for e in episodes if e.get("reason") != CANCELLED_AT_RUN_END)

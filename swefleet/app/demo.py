@@ -22,8 +22,6 @@ from swefleet.rundir import read_jsonl
 
 
 def demo_cli(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from swefleet.app.config import check_model_path, load_config
     from swefleet.rundir import default_output_dir
 
@@ -32,13 +30,14 @@ def demo_cli(args: argparse.Namespace) -> int:
     out = Path(args.output_dir) if args.output_dir else default_output_dir(cfg.name)
     cfg.output_dir = str(out)
     from swefleet.app.disk_preflight import check_run_disk
+    from swefleet.console import make_console
 
     check_run_disk(cfg, out, sft=bool(cfg.sft.steps))  # every stage's outputs, before any
     if args.restart:  # every stage starts over; the old run is moved aside whole
         from swefleet.fingerprint import set_aside
 
         set_aside(out)
-    stages = _Stages(out, demo_stages(cfg), Console(stderr=True))
+    stages = _Stages(out, demo_stages(cfg), make_console(stderr=True))
     code = _run_stages(cfg, args, out, stages)
     if code != 0:
         return code
@@ -104,9 +103,11 @@ class _Stages:
 
     def start(self, name: str, what: str, done: bool) -> bool:
         """Print the banner of stage `name`; True when it has to run (not `done`)."""
+        from swefleet.console import banner
+
         i = self.names.index(name) + 1
-        kept = " (done, kept)" if done else ""  # before `what`: a long rule is cut at its end
-        self.console.rule(f"[bold]stage {i}/{len(self.names)}{kept}[/]: {what}")
+        kept = " (done, kept)" if done else ""
+        banner(self.console, f"[bold]stage {i}/{len(self.names)}{kept}[/]: {what}")
         self._current = name
         return not done
 
@@ -234,8 +235,9 @@ def write_demo_summary(out: Path, summary: dict) -> None:
 def print_demo_summary(cfg, out: Path, times: dict[str, float]) -> None:
     """One table: the SFT loss, the RL reward per step and its trend (and the SFT
     demonstrations' probability before and after RL), the held-out eval; saved beside it."""
-    from rich.console import Console
     from rich.table import Table
+
+    from swefleet.console import make_console
 
     summary = demo_summary(cfg, out, times)
     write_demo_summary(out, summary)
@@ -244,5 +246,6 @@ def print_demo_summary(cfg, out: Path, times: dict[str, float]) -> None:
         table.add_column(col)
     for row in summary_rows(summary):
         table.add_row(*row)
-    Console().print(table)
-    Console().print(f"total {sum(times.values()):.0f}s; outputs in {out} (demo_summary.md)")
+    console = make_console()
+    console.print(table)
+    console.print(f"total {sum(times.values()):.0f}s; outputs in {out} (demo_summary.md)")

@@ -378,10 +378,10 @@ def _chat_policy(cfg, args, run_id: str) -> _ChatPolicy:
 
 class _Progress:
     def __init__(self, total: int) -> None:
-        from rich.progress import Progress
+        from swefleet.console import make_progress
 
         self.counts = {"resolved": 0, "unresolved": 0, "errors": 0}
-        self.bar = Progress(transient=False)
+        self.bar = make_progress(stderr=False)
         self.task = self.bar.add_task(self._label(), total=total)
         self.bar.start()
 

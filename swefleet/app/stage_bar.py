@@ -1,4 +1,5 @@
-"""One rich progress bar on stderr for a stage of work (oracle or expert episodes, SFT steps)."""
+"""One progress bar on stderr for a stage of work (oracle or expert episodes, SFT steps); plain
+lines instead on a file or pipe (`swefleet/console.py`)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,12 @@ class StageBar:
     """A rich progress bar on stderr (one task)."""
 
     def __init__(self, label: str, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=Console(stderr=True))
+        from swefleet.console import make_progress
+
+        self.progress = make_progress(TextColumn("{task.description}"), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn())
         self.task = self.progress.add_task(label, total=total)
         self.progress.start()
 

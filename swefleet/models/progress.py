@@ -11,12 +11,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from swefleet.console import is_tty
+
 
 class Steps:
     """`with steps.step("download", total=22, unit="parts") as advance: ... advance(1)`."""
 
     def __init__(self, bars: bool | None = None, say: Callable[[str], None] = print) -> None:
-        self.bars = sys.stderr.isatty() if bars is None else bars
+        self.bars = is_tty(sys.stderr) if bars is None else bars
         self.say = say
         self.seconds: dict[str, float] = {}
 
@@ -39,7 +41,6 @@ class Steps:
 
 
 def _bar(label: str, total: float, unit: str):
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -50,7 +51,9 @@ def _bar(label: str, total: float, unit: str):
         TransferSpeedColumn,
     )
 
+    from swefleet.console import make_console
+
     counts = [DownloadColumn(), TransferSpeedColumn()] if unit == "bytes" else [
         MofNCompleteColumn(), TextColumn(unit)]
     return Progress(TextColumn("{task.description}"), BarColumn(), *counts, TimeElapsedColumn(),
-                    console=Console(stderr=True))
+                    console=make_console(stderr=True))
