@@ -7,6 +7,7 @@ written atomically to `--port-file`, which `inference.launch` waits for before p
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,11 @@ def write_atomic(path: str | Path, text: str) -> None:
     write_text_atomic(path, text)
 
 
-def serve(app: Any, host: str, port: int, port_file: str = "") -> None:
-    """Serve `app` with uvicorn until SIGINT/SIGTERM (graceful for at most 5 s)."""
+def serve(app: Any, host: str, port: int, port_file: str = "",
+          on_bound: Callable[[int], None] | None = None) -> None:
+    """Serve `app` with uvicorn until SIGINT/SIGTERM (graceful for at most 5 s); the bound port
+    goes to `port_file` and `on_bound` once the socket listens (connections wait there until
+    uvicorn accepts them)."""
     import uvicorn
 
     sock = bind_socket(host, port)
@@ -43,4 +47,6 @@ def serve(app: Any, host: str, port: int, port_file: str = "") -> None:
     server = uvicorn.Server(config)
     if port_file:
         write_atomic(port_file, str(sock.getsockname()[1]))
+    if on_bound is not None:
+        on_bound(sock.getsockname()[1])
     server.run(sockets=[sock])

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -460,13 +461,23 @@ def build_engine(loaded: LoadedModel, settings: EngineSettings) -> Engine:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from swefleet.inference.engine.model import load_model
-
     settings, port_file = _parse(argv)
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    run(settings, port_file)
+
+
+def run(
+    settings: EngineSettings,
+    port_file: str = "",
+    on_bound: Callable[[int], None] | None = None,
+) -> None:
+    """Load the model of `settings`, start its engine and serve it until SIGINT/SIGTERM;
+    `on_bound(port)` once the socket listens (`swefleet serve` prints its URL there)."""
+    from swefleet.inference.engine.model import load_model
+
     if settings.threads:
         import torch
 
@@ -478,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(loaded, engine, settings.served_model_names)
     log.info("serving %s on %s:%d", settings.model_dir, settings.host, settings.port)
     try:
-        serve(app, settings.host, settings.port, port_file)
+        serve(app, settings.host, settings.port, port_file, on_bound)
     finally:
         engine.shutdown()
 

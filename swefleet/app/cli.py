@@ -65,7 +65,9 @@ def _images(args: argparse.Namespace) -> int:
 def _tasks(args: argparse.Namespace) -> int:
     from swefleet.app import synth as cli
 
-    return {"generate": cli.generate_cli, "validate": cli.validate_cli}[args.tasks_cmd](args)
+    handlers = {"generate": cli.generate_cli, "validate": cli.validate_cli,
+                "reproduce": cli.reproduce_cli}
+    return handlers[args.tasks_cmd](args)
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -125,6 +127,12 @@ def _sft(args: argparse.Namespace) -> int:
     return sft_cli(args)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from swefleet.app.serve import serve_cli
+
+    return serve_cli(args)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from swefleet.app.demo import demo_cli
 
@@ -134,6 +142,7 @@ def _demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from swefleet import __version__
     from swefleet.app.eval_args import add_eval_parser, add_export_parser
+    from swefleet.app.serve import add_serve_parser
 
     p = flags.Parser(prog="swefleet", description="Train and evaluate coding agents on long, "
                      "multi-turn software-engineering episodes.")
@@ -157,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(sub, _export)
     _add_replay_parser(sub)
     _add_models_parsers(sub)
+    add_serve_parser(sub, _serve)
     finish_parsers(p)
     return p
 
@@ -257,6 +267,12 @@ def _add_tasks_parsers(sub) -> None:
     va.add_argument("--base-image", default="swefleet-base:bookworm",
                     help="base image of the task images")
     va.add_argument("--json", default="", metavar="FILE", help="also write the summary (JSON)")
+    rp = ts_sub.add_parser("reproduce", help="give generated tasks' issues a checked reproduction")
+    rp.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), updated")
+    flags.add_selection(rp)
+    flags.add_max_workers(rp, "sandboxes at a time", default=2)
+    rp.add_argument("--base-image", default="swefleet-base:bookworm",
+                    help="base image of the task images")
     ts.set_defaults(func=_tasks)
 
 

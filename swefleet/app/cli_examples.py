@@ -35,6 +35,7 @@ EXAMPLES: dict[str, list[str]] = {
               "swefleet tasks validate --tasks t.jsonl -k 2"],
     "tasks generate": [("swefleet tasks generate --recipe envs/recipes/toolz.toml --n 12 "
                         "--tasks my_tasks.jsonl --max-workers 4")],
+    "tasks reproduce": ["swefleet tasks reproduce --tasks envs/data/pypi/tasks.jsonl"],
     "tasks validate": [("swefleet tasks validate --tasks envs/data/quickstart/tasks.jsonl -k 2 "
                         "--slice 0:3 --max-workers 4")],
     "plan": ["swefleet plan --layout configs/layouts/glm5_28x8.toml",
@@ -44,6 +45,8 @@ EXAMPLES: dict[str, list[str]] = {
     "clean": ["swefleet clean", "swefleet clean --run-label quickstart-1a2b3c4d"],
     "export": ["swefleet export mini-swe-agent out/oracle",
                "swefleet export mini-swe-agent out/ckpt --tokenizer runs/RUN/weights/v000002"],
+    "serve": ["swefleet serve runs/RUN/weights/v000006 --port 8000",
+              "swefleet serve qwen2.5-coder-0.5b-instruct --device cuda  # after models pull"],
     "config": ["swefleet config show --config configs/quickstart.toml"],
     "config show": ["swefleet config show --config configs/gpu_vllm.toml --set inference.num_servers=2",
                     "swefleet config show   # the defaults"],
