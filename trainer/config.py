@@ -21,7 +21,20 @@ class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     lr: float = Field(1e-6, gt=0)
-    """AdamW learning rate (constant; no schedule yet)."""
+    """AdamW peak learning rate (`swefleet sft` uses `sft.lr` instead). The schedule
+    (`lr_warmup_steps`, `lr_decay`) scales it step by step; by default it stays constant. Each
+    step's learning rate is its `lr` metric."""
+    lr_warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up over the first this many optimizer steps: step i (from 0) trains at
+    `lr * (i + 1) / lr_warmup_steps`, the last warm-up step at `lr`. At most the run's steps
+    (`orchestrator.steps` for RL, `sft.steps` for SFT). 0: no warm-up."""
+    lr_decay: Literal["constant", "linear", "cosine"] = "constant"
+    """The learning rate after warm-up. `constant`: `lr`. `linear`, `cosine`: from `lr` at the
+    first step after warm-up down to `lr * lr_min_ratio`, reached as the run's last step ends
+    (the run's steps: `orchestrator.steps` for RL, `sft.steps` for SFT, `max_steps` of a trainer
+    job, which must be set). A resumed run continues the schedule at the step it resumes at."""
+    lr_min_ratio: float = Field(0.0, ge=0, le=1)
+    """Where `linear` and `cosine` decay end, as a fraction of `lr`; unused by `constant`."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -255,6 +268,22 @@ class TrainerJob(BaseModel):
     announces it) instead of exporting it; HF directories are still written every
     `trainer.checkpoint_every` steps and when stopping, for resume. None: every version is an
     HF directory."""
+
+    @model_validator(mode="after")
+    def _schedule_fits(self) -> TrainerJob:
+        check_lr_schedule(self.trainer, self.max_steps, "max_steps")
+        return self
+
+
+def check_lr_schedule(cfg: TrainerConfig, total_steps: int | None, steps_field: str) -> None:
+    """ValueError unless the schedule fits a run of `total_steps` steps (None: unbounded),
+    named `steps_field` in the message."""
+    if cfg.lr_decay != "constant" and total_steps is None:
+        raise ValueError(f"trainer.lr_decay={cfg.lr_decay!r} decays over the run's steps: "
+                         f"set {steps_field}")
+    if total_steps is not None and cfg.lr_warmup_steps > total_steps:
+        raise ValueError(f"trainer.lr_warmup_steps={cfg.lr_warmup_steps} is longer than the run "
+                         f"({steps_field}={total_steps})")
 
 
 def checkpoint_dir(job: TrainerJob) -> Path:

@@ -12,7 +12,8 @@ Resume: with `checkpoint_every` set, a DCP checkpoint (model + optimizer + step)
 that many steps (and when stopping), written in the background (`trainer/checkpoint_async.py`);
 on start, `.tmp-` leftovers of a crash are removed from the weights and checkpoint directories
 and the newest complete checkpoint is loaded, so the same command restarts a crashed job where
-it left off (`trainer/checkpoint.py`). Low disk skips checkpoints and pauses exports
+it left off (`trainer/checkpoint.py`); the learning-rate schedule goes on at that step
+(`trainer/lr_schedule.py`). Low disk skips checkpoints and pauses exports
 (`trainer/disk_guard.py`). Without a usable checkpoint the trainer continues from the newest
 published version (weights only: the optimizer state starts afresh). A version that is already
 published is never rewritten.
@@ -314,6 +315,9 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
 
         load_checkpoint(policy, optimizer, ckpt)
         log.info("resumed from %s (policy version %d)", ckpt, step)
+    from swefleet.trainer.lr_schedule import build_lr_scheduler
+
+    scheduler = build_lr_scheduler(optimizer, cfg, job.max_steps, step - job.start_version)
     metrics_path = job.weights_dir.parent / "trainer_metrics.jsonl"
     end = None if job.max_steps is None else job.start_version + job.max_steps
     ep = expert_parallel_degree(policy.model)
@@ -352,6 +356,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.monotonic()
         metrics = train_step(policy, optimizer, arrays, cfg, held_version=step)
+        scheduler.step()  # the learning rate of the next step
         if device == "cuda":
             torch.cuda.synchronize()
         step_s = time.monotonic() - t0
@@ -367,7 +372,7 @@ def run(job: TrainerJob, stop: StopFlag) -> int:
         metrics.update(saves.metrics())
         if rank == 0:
             _log_step(
-                metrics_path, step, arrays, meta, metrics, cfg, device, step_s, export_s, wait_s
+                metrics_path, step, arrays, meta, metrics, device, step_s, export_s, wait_s
             )
             log.info(
                 "step %d -> %s loss=%.4g grad_norm=%.3g mismatch_kl=%s staleness_kl=%s %.1fs",
@@ -396,7 +401,6 @@ def _log_step(
     arrays: dict,
     meta: dict,
     metrics: dict,
-    cfg: TrainerConfig,
     device: str,
     step_s: float,
     export_s: float,
@@ -415,7 +419,6 @@ def _log_step(
         "sample_version_min": int(versions.min()),
         "sample_version_max": int(versions.max()),
         "max_staleness": int(step - versions.min()),
-        "lr": cfg.lr,
         **_memory_metrics(device),
         "batch_meta": meta,
     }

@@ -234,6 +234,7 @@ def train_step(
         **totals,
         **_version_split(totals, cfg.loss, n_trained, n_stale),
         "grad_norm": float(grad_norm),
+        "lr": float(optimizer.param_groups[0]["lr"]),
         "skipped_update": not finite,
         "n_samples": int(len(cu) - 1),
         "n_tokens": len(arrays["tokens"]),

@@ -26,7 +26,9 @@ def run_rl(cfg: RunConfig, restart: bool = False) -> int:
     already in the output directory aside first."""
     from swefleet.app.run_fingerprint import claim_rl_dir
     from swefleet.app.servers import check_launchable
+    from swefleet.trainer.config import check_lr_schedule
 
+    check_lr_schedule(cfg.trainer, cfg.orchestrator.steps, "orchestrator.steps")
     check_launchable(cfg)  # a missing vLLM fails before the run directory and the model exist
     trained = training_tasks(cfg) if cfg.environment == "swe" else []  # (test split: refused)
     out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)

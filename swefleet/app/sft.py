@@ -52,6 +52,9 @@ def run_sft(cfg: RunConfig, sft_dir: Path, restart: bool = False) -> Path:
 
     if cfg.sft.steps < 1:
         raise ValueError("sft.steps: must be at least 1 to fine-tune")
+    from swefleet.trainer.config import check_lr_schedule
+
+    check_lr_schedule(cfg.trainer, cfg.sft.steps, "sft.steps")
     trained = _trained_task_ids(cfg)  # oracle tasks of a test split: refused, nothing written
     claim_sft_dir(sft_dir, cfg, restart)  # this run's folder, or the same run's: never a mix
     run_dir = RunDir(sft_dir)

@@ -37,7 +37,8 @@ class SFTConfig(BaseModel):
     batch_size: int = Field(0, ge=0)
     """Samples per step, drawn epoch by epoch in a seeded order. 0: every sample every step."""
     lr: float = Field(1e-3, gt=0)
-    """Learning rate of the SFT steps (the other trainer knobs are `[trainer]`'s)."""
+    """Learning rate of the SFT steps: the peak of `[trainer]`'s schedule (the other trainer
+    knobs, `lr_warmup_steps` and `lr_decay` among them, are `[trainer]`'s)."""
     seed: int = 0
     """Seed of the sample order."""
     oracle_concurrency: int = Field(2, ge=1)
