@@ -6,8 +6,8 @@ synthesised, else the file and the enclosing function of the patch's first chang
 file as the sandbox holds it, `plan_demonstration` decides:
 
 - the test command for the bug's area (`python3 -m pytest -q -x FILES`);
-- a reproduction script when the issue shows a `>>>` session (its statements, its expressions
-  printed);
+- the issue's reproduction: its reproduction section (saved where the issue says and run), else
+  a script replaying its `>>>` session (its statements, its expressions printed);
 - the `grep` that finds the function, the `view` range around it;
 - one `str_replace` per hunk of the gold patch: the hunk's changed lines, widened with the
   file's neighbouring lines until the text occurs exactly once;
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from swefleet.envs import safe_ast
+from swefleet.envs.synth.repro import SCRIPT_PATH, reproduction_in, save_and_run
 
 from swefleet.types import Task
 
@@ -104,7 +105,12 @@ class ExpertPlan:
     view_range: tuple[int, int]
     edits: list[Edit]
     reproduction: str = ""
-    """Python script that replays the issue's `>>>` example; '' when the issue has none."""
+    """Python script that reproduces the issue (its reproduction section, else its `>>>`
+    example replayed); '' when the issue has neither."""
+    reproduction_run: str = ""
+    """The command that runs `reproduction` the first time."""
+    reproduction_rerun: str = ""
+    """The command that runs it again after the fix."""
     issue_subject: str = ""
     """The name the issue is about (`documented behaviour of X`), else the function's."""
     extra_views: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
@@ -172,8 +178,8 @@ def plan_demonstration(task: Task, files: dict[str, bytes], repo_files: list[str
         test_command=test_command(task, primary, repo_files),
         view_range=_view_range(span, first_changed, _last_changed(hunks, primary),
                                len(texts[primary].split("\n"))),
-        edits=edits, reproduction=reproduction_script(task.problem_statement),
-        issue_subject=_issue_subject(task.problem_statement) or function,
+        edits=edits, issue_subject=_issue_subject(task.problem_statement) or function,
+        **reproduction_commands(task.problem_statement),
     )
     for path in paths:
         if path != primary:
@@ -425,6 +431,28 @@ def _tests_named_after(source: str, repo_files: list[str]) -> list[str]:
     if stem == "__init__":
         stem = PurePosixPath(source).parent.name
     return [t for t in tests if stem and stem in PurePosixPath(t).stem]
+
+
+def reproduction_commands(statement: str) -> dict[str, str]:
+    """`reproduction`, `reproduction_run` and `reproduction_rerun` of a plan: the issue's
+    reproduction section saved where it says and run, else its `>>>` example fed to
+    `python3 -` (both times)."""
+    script = reproduction_in(statement)
+    if script:
+        return {"reproduction": script, "reproduction_run": save_and_run(script),
+                "reproduction_rerun": f"python3 {SCRIPT_PATH}"}
+    script = reproduction_script(statement)
+    if not script:
+        return {}
+    command = python_heredoc(script)
+    return {"reproduction": script, "reproduction_run": command, "reproduction_rerun": command}
+
+
+def python_heredoc(script: str) -> str:
+    delim = "EOF"
+    while delim in script.splitlines():
+        delim += "_"
+    return f"python3 - <<'{delim}'\n{script}\n{delim}"
 
 
 def reproduction_script(statement: str) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from swefleet.agents.expert import ExpertPlan, ReasonedError, issue_title
+from swefleet.agents.expert import ExpertPlan, ReasonedError, issue_title, python_heredoc
 from swefleet.agents.protocol import ChatTokenizer
 from swefleet.agents.scaffolds.bash import SUBMIT_SENTINEL
 from swefleet.inference.protocol import Completion
@@ -65,7 +65,7 @@ def expert_steps(plan: ExpertPlan, task: Task) -> Dialogue:
     said = _tests_said(obs, fixed=False)
     if plan.reproduction:
         obs = yield Step(f"{said} Let me run the example from the issue.", "bash",
-                         {"command": _python_heredoc(plan.reproduction)})
+                         {"command": plan.reproduction_run})
         said = _example_said(obs)
     obs = yield Step(f"{said} {_find_sentence(plan)}", "bash", {"command": plan.grep})
     if not _grep_found(obs, plan):
@@ -91,7 +91,7 @@ def expert_steps(plan: ExpertPlan, task: Task) -> Dialogue:
             raise ExpertAbort("edit_failed", obs.strip()[-300:])
     if plan.reproduction:
         obs = yield Step("Let me run the example from the issue again.", "bash",
-                         {"command": _python_heredoc(plan.reproduction)})
+                         {"command": plan.reproduction_rerun})
         if _exit_code(obs) != 0:
             raise ExpertAbort("example_failed_after_fix", obs.strip()[-300:])
         then = "The example now runs as the issue expects. Now the tests again, to check that " \
@@ -137,13 +137,6 @@ def _example_said(obs: str) -> str:
                      "an exception")
         return f"The example raises `{error.strip()[:120]}`, as the issue says."
     return "The example prints the wrong results the issue reports."
-
-
-def _python_heredoc(script: str) -> str:
-    delim = "EOF"
-    while delim in script.splitlines():
-        delim += "_"
-    return f"python3 - <<'{delim}'\n{script}\n{delim}"
 
 
 def _exit_code(obs: str) -> int | None:
@@ -192,7 +185,7 @@ def _bash_command(step: Step) -> str:
                   "assert text.count(old) == 1, f'old text found {text.count(old)} times'\n"
                   "path.write_bytes(text.replace(old, new).encode())\n"
                   "print('edited', path)")
-        return _python_heredoc(script)
+        return python_heredoc(script)
     if step.tool == "submit":
         return f"echo {SUBMIT_SENTINEL}"
     raise ValueError(f"unknown tool {step.tool!r}")

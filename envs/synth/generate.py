@@ -6,7 +6,8 @@
 Steps (see `envs/synth/__init__.py`): repo image, baseline (k runs), one traced run (lines the
 tests execute), candidate bugs on executed lines screened in seeded order (at most
 `max_per_function` per function) until enough break tests, then per bug: hidden tests, issue
-text, task image, lists from k buggy + k gold runs. The tasks of this package (same
+text, task image, lists from k buggy + k gold runs, and a checked reproduction in the issue
+(`envs.synth.repro`). The tasks of this package (same
 instance-id prefix) in `--out` are replaced; other records are kept.
 """
 
@@ -125,9 +126,11 @@ async def _screen_until(package: Package, image: str, baseline: Baseline, grader
 
 async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig) -> dict:
     """Generate, validate and return (tasks, report) for one recipe; writes nothing."""
+    from swefleet.envs.config import FarmConfig
     from swefleet.envs.grading import DockerGrader
     from swefleet.envs.reaper import remove_run_containers
     from swefleet.envs.synth.build import ensure_repo_image
+    from swefleet.envs.synth.repro_check import find_reproductions, with_found
 
     started = time.monotonic()
     package = load_package(recipe_path)
@@ -150,16 +153,19 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
         finally:
             screener.close()
         derived = await derive_lists(tasks, grader, cfg.k, cfg.concurrency)
+        kept = [d.task for d in derived if d.ok][: cfg.n]
+        found = await find_reproductions(kept, FarmConfig(), cfg.concurrency)
+        kept = [with_found(t, f) for t, f in zip(kept, found, strict=True)]
     finally:
         grader.close()
         remove_run_containers(run_id)
-    kept = [d.task for d in derived if d.ok][: cfg.n]
     dropped = {d.task.instance_id: d.reason for d in derived if not d.ok}
     report = {
         "recipe": str(recipe_path), "package": recipe.package, "version": recipe.version,
         "split": recipe.split, "baseline_passing": len(baseline.passing),
         "candidates_tried": tried, "bugs_found": bugs, "tasks": len(kept),
         "dropped": dropped, "flaky_tests_dropped": sum(d.flaky for d in derived),
+        "reproduced": sum(bool(f.script) for f in found),
         "kinds": dict(Counter(t.model_extra["bug_kind"] for t in kept)),
         "seconds": round(time.monotonic() - started, 1),
     }

@@ -39,7 +39,7 @@ def _defs(tree: ast.Module) -> list[tuple[list[str], ast.AST]]:
     return out
 
 
-def _locate(sources: dict[str, str], test_id: str) -> tuple[str, ast.AST] | None:
+def locate_test(sources: dict[str, str], test_id: str) -> tuple[str, ast.AST] | None:
     """The file and def of a test: in its own file, else (an inherited test method) in the
     base classes of its class, looked up by name in the test files (its file first)."""
     path, classes, name = split_test_id(test_id)
@@ -110,7 +110,7 @@ def hide_tests(sources: dict[str, str], test_ids: list[str]) -> tuple[dict[str, 
     None when a test cannot be found or a file cannot be diffed safely."""
     targets: dict[str, dict[int, ast.AST]] = {}
     for test_id in test_ids:
-        hit = _locate(sources, test_id)
+        hit = locate_test(sources, test_id)
         if hit is None:
             return None
         path, node = hit

@@ -87,6 +87,35 @@ def validate_cli(args: argparse.Namespace) -> int:
     return 0 if result["valid"] == result["tasks"] else 1
 
 
+def reproduce_cli(args: argparse.Namespace) -> int:
+    from swefleet.envs.config import FarmConfig
+    from swefleet.envs.images import build_base_image
+    from swefleet.envs.synth.repro_check import find_reproductions, update_records
+    from swefleet.envs.tasks import load_tasks, prepare_task_images
+    from swefleet.evals.select import select_tasks
+    from swefleet.rundir import write_text_atomic
+
+    started = time.monotonic()
+    path = Path(args.tasks)
+    tasks = select_tasks(load_tasks(path), args.instance_ids, args.filter, args.slice)
+    if not tasks:
+        raise ValueError(f"--tasks {path}: no task selected")
+    build_base_image(args.base_image)
+    prepare_task_images(tasks, path, args.base_image)
+    found = asyncio.run(find_reproductions(tasks, FarmConfig(), args.max_workers))
+    for f in found:
+        print(f"{'OK  ' if f.script else 'NONE'} {f.instance_id:70} "
+              f"{len(f.script.splitlines()) if f.script else f.reason}")
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    changed = update_records(records, found)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+    infra = sum(f.reason.startswith("infra") for f in found)
+    print(json.dumps({"tasks": len(found), "reproduced": sum(bool(f.script) for f in found),
+                      "infra_errors": infra, "records_changed": changed,
+                      "seconds": round(time.monotonic() - started, 1)}))
+    return 1 if infra else 0
+
+
 def task_file_arg(args: argparse.Namespace) -> str:
     """`--tasks FILE` (or the old positional FILE), checked to name a task file or Hub set."""
     from swefleet.app.eval_args import check_task_source
