@@ -127,6 +127,12 @@ def _sft(args: argparse.Namespace) -> int:
     return sft_cli(args)
 
 
+def _show(args: argparse.Namespace) -> int:
+    from swefleet.app.show import show_cli
+
+    return show_cli(args)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from swefleet.app.serve import serve_cli
 
@@ -143,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     from swefleet import __version__
     from swefleet.app.eval_args import add_eval_parser, add_export_parser
     from swefleet.app.serve import add_serve_parser
+    from swefleet.app.show import add_show_parser
 
     p = flags.Parser(prog="swefleet", description="Train and evaluate coding agents on long, "
                      "multi-turn software-engineering episodes.")
@@ -165,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     cf.set_defaults(func=_config)
     add_export_parser(sub, _export)
     _add_replay_parser(sub)
+    add_show_parser(sub, _show)
     _add_models_parsers(sub)
     add_serve_parser(sub, _serve)
     finish_parsers(p)

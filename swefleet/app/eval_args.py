@@ -125,11 +125,14 @@ def check_task_source(source: str, flag: str = "--tasks") -> None:
 
 
 def add_export_parser(sub, handler) -> None:
-    ex = sub.add_parser("export", help="an eval's trajectories in another harness's format")
+    ex = sub.add_parser("export", help="a run's trajectories (eval, rl, sft) in another "
+                        "harness's format")
     ex.add_argument("format", choices=["mini-swe-agent"],
                     help="mini-swe-agent: <id>/<id>.traj.json (mini-swe-agent-1.1) + preds.json")
-    ex.add_argument("dir", help="eval output dir (swefleet eval --output-dir)")
+    ex.add_argument("dir", help="an eval, rl or sft output dir (an rl run: attempt a of a task is "
+                    "its a-th episode)")
     flags.add_output_dir(ex, "destination (default DIR/mini-swe-agent)", old=("--out",))
     ex.add_argument("--tokenizer", default="",
-                    help="the model's tokenizer dir, to decode replies (default: the eval's --model)")
+                    help="the model's tokenizer dir, to decode replies (default: the eval's "
+                         "--model, the run's model)")
     ex.set_defaults(func=handler)
