@@ -69,7 +69,7 @@ def _show(root: Path, args: argparse.Namespace) -> int:
 
 
 def _list(root: Path) -> int:
-    from swefleet.evals.run_episodes import recorded
+    from swefleet.evals.run_episodes import episode_files, recorded
 
     rows = [(r.record.get("episode_id", "?"), r.record.get("task_id", "?"),
              "" if r.attempt is None else str(r.attempt), r.record.get("status", "?"),
@@ -84,6 +84,9 @@ def _list(root: Path) -> int:
     for row in [head, *rows]:
         print("  ".join(row[i].ljust(w) for i, w in zip(keep, widths, strict=True)).rstrip())
     print(f"{len(rows)} episodes; one as a transcript: swefleet show {root} --episode ID")
+    stages = sorted(str(p.parent) for p in root.glob("*/config.json") if episode_files(p.parent))
+    if stages:
+        print(f"the other stages' episodes (swefleet demo): swefleet show {' | '.join(stages)}")
     return 0
 
 

@@ -84,3 +84,12 @@ def test_clip_keeps_the_first_and_last_lines_and_says_what_it_cut():
     (long,) = clip("x" * (MAX_LINE_CHARS + 5), 3)
     assert long.endswith("x [... 5 chars cut]") and len(long) < MAX_LINE_CHARS + 30
     assert clip("red \x1b[31m!\x07", 3) == ["red \\x1b[31m!\\x07"]  # no escapes reach a terminal
+
+
+def test_a_demo_folder_names_its_other_stages(tmp_path, capsys):
+    demo = write_rl(tmp_path / "demo")
+    write_rl(demo / "sft")  # a stage folder with episodes of its own
+    (demo / "model").mkdir()
+    (demo / "model" / "config.json").write_text("{}")  # the created model: no stage
+    last = _show(capsys, demo).splitlines()[-1]
+    assert last == f"the other stages' episodes (swefleet demo): swefleet show {demo / 'sft'}"
