@@ -39,8 +39,14 @@ log = logging.getLogger(__name__)
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 #: Splits that are evaluation sets: `swefleet rl` / `sft` refuse to train on their tasks unless
-#: `tasks.allow_test_split` is set.
+#: `tasks.allow_test_split` is set; so is every split whose name starts with `heldout`
+#: (`heldout`, `heldout_repo`, `heldout_instance`: `is_evaluation_split`).
 TEST_SPLITS = frozenset({"test"})
+
+
+def is_evaluation_split(split: str | None) -> bool:
+    """Whether tasks of `split` are for evaluation only (`test`, `heldout*`)."""
+    return bool(split) and (split in TEST_SPLITS or split.startswith("heldout"))
 _HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 _JSON_LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS", "test_files")
 

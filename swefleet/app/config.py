@@ -106,8 +106,9 @@ class TasksConfig(BaseModel):
     base_image: str = "swefleet-base:bookworm"
     """Base image for task images; bootstrapped offline from Debian when missing."""
     allow_test_split: bool = False
-    """Let `swefleet rl` and `swefleet sft` train on tasks of split `test` (SWE-bench's
-    evaluation sets: docs/tasks.md). False: such tasks are refused (exit 2). Either way the run
+    """Let `swefleet rl` and `swefleet sft` train on tasks of an evaluation split: `test`
+    (SWE-bench's evaluation sets: docs/tasks.md) or any split named `heldout*`. False: such
+    tasks are refused (exit 2). Either way the run
     records its tasks in `trained_tasks.json`, and an eval of its checkpoints reports the
     overlap."""
 

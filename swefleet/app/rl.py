@@ -102,17 +102,18 @@ def training_tasks(cfg: RunConfig) -> list:
     """The configured tasks (no images built), refused with one line when some are of a test
     split and `tasks.allow_test_split` is off: a training run never takes an evaluation set by
     default."""
-    from swefleet.envs.tasks import TEST_SPLITS, load_tasks
+    from swefleet.envs.tasks import is_evaluation_split, load_tasks
 
     tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)[: cfg.tasks.limit or None]
     if not tasks:
         raise ValueError(_no_tasks(cfg))
-    test = [t.instance_id for t in tasks if t.split in TEST_SPLITS]
+    test = [t for t in tasks if is_evaluation_split(t.split)]
     if test and not cfg.tasks.allow_test_split:
-        shown = ", ".join(test[:3]) + (", ..." if len(test) > 3 else "")
+        shown = ", ".join(t.instance_id for t in test[:3]) + (", ..." if len(test) > 3 else "")
+        splits = "', '".join(sorted({t.split for t in test}))
         raise ValueError(
             f"{cfg.tasks.path}: {len(test)} of the {len(tasks)} tasks to train on are of split "
-            f"'test' ({shown}): an evaluation set; pick training tasks (tasks.split) or set "
+            f"'{splits}' ({shown}): an evaluation set; pick training tasks (tasks.split) or set "
             "tasks.allow_test_split = true to train on them anyway")
     return tasks
 

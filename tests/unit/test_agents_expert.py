@@ -298,8 +298,7 @@ def test_sft_refuses_expert_demonstrations_of_heldout_tasks(tmp_path, capsys):
                  "--output-dir", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert "3 of the 3 tasks are of split heldout: expert demonstrations are made from train " \
-           "tasks only" in err
+    assert "3 of the 3 tasks to train on are of split 'heldout'" in err
     assert not out.exists()
 
 

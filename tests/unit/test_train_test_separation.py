@@ -117,3 +117,16 @@ def test_eval_report_shows_the_overlap_first(tmp_path):
     assert unknown["record"] is None and unknown["n_overlap"] is None
     assert "unknown" in report_markdown({**report, "trained_overlap": unknown}).splitlines()[2]
     assert "trained" not in report_markdown(build_report(records, 1))  # other agents: no line
+
+
+def test_rl_refuses_heldout_tasks_too():
+    from swefleet.envs.tasks import is_evaluation_split
+
+    from swefleet.app.rl import training_tasks
+
+    with pytest.raises(ValueError, match=r"of split 'heldout' .*allow_test_split"):
+        training_tasks(load_config(CONFIG, ["tasks.split=heldout"]))
+    assert training_tasks(load_config(CONFIG, ["tasks.split=heldout",
+                                               "tasks.allow_test_split=true"]))
+    assert [is_evaluation_split(s) for s in ("test", "heldout", "heldout_repo", "train", None)] \
+        == [True, True, True, False, False]
