@@ -66,7 +66,7 @@ def _tasks(args: argparse.Namespace) -> int:
     from swefleet.app import synth as cli
 
     handlers = {"generate": cli.generate_cli, "validate": cli.validate_cli,
-                "reproduce": cli.reproduce_cli}
+                "reproduce": cli.reproduce_cli, "difficulty": cli.difficulty_cli}
     return handlers[args.tasks_cmd](args)
 
 
@@ -281,6 +281,11 @@ def _add_tasks_parsers(sub) -> None:
     flags.add_max_workers(rp, "sandboxes at a time", default=2)
     rp.add_argument("--base-image", default="swefleet-base:bookworm",
                     help="base image of the task images")
+    di = ts_sub.add_parser("difficulty", help="record each task's pass rate from an eval")
+    di.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), updated")
+    di.add_argument("--eval", required=True, metavar="DIR", help="an eval's output dir")
+    di.add_argument("--key", required=True, metavar="NAME",
+                    help="name of the figure (e.g. the model and k: qwen1.5b-base-k8)")
     ts.set_defaults(func=_tasks)
 
 

@@ -35,6 +35,8 @@ EXAMPLES: dict[str, list[str]] = {
               "swefleet tasks validate --tasks t.jsonl -k 2"],
     "tasks generate": [("swefleet tasks generate --recipe envs/recipes/toolz.toml --n 12 "
                         "--tasks my_tasks.jsonl --max-workers 4")],
+    "tasks difficulty": [("swefleet tasks difficulty --tasks envs/data/pypi/tasks.jsonl "
+                          "--eval out/base-train-k8 --key qwen1.5b-base-k8")],
     "tasks reproduce": ["swefleet tasks reproduce --tasks envs/data/pypi/tasks.jsonl"],
     "tasks validate": [("swefleet tasks validate --tasks envs/data/quickstart/tasks.jsonl -k 2 "
                         "--slice 0:3 --max-workers 4")],

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from swefleet.agents.config import AgentConfig
 from swefleet.app.overrides import apply_overrides, set_dotted
@@ -105,12 +105,26 @@ class TasksConfig(BaseModel):
     """Use at most this many tasks (first ones after filtering)."""
     base_image: str = "swefleet-base:bookworm"
     """Base image for task images; bootstrapped offline from Debian when missing."""
+    difficulty_key: str = ""
+    """Which recorded pass rate (`difficulty[KEY]` of the task records, written by `swefleet
+    tasks difficulty`) the skips below read; '' reads none."""
+    skip_always_solved: bool = False
+    """RL skips tasks whose recorded pass rate is 1 (every group would have reward variance 0);
+    the run logs and records how many (`task_selection.json`)."""
+    skip_never_solved: bool = False
+    """RL skips tasks whose recorded pass rate is 0."""
     allow_test_split: bool = False
     """Let `swefleet rl` and `swefleet sft` train on tasks of an evaluation split: `test`
     (SWE-bench's evaluation sets: docs/tasks.md) or any split named `heldout*`. False: such
-    tasks are refused (exit 2). Either way the run
-    records its tasks in `trained_tasks.json`, and an eval of its checkpoints reports the
-    overlap."""
+    tasks are refused (exit 2). Either way the run records its tasks in `trained_tasks.json`,
+    and an eval of its checkpoints reports the overlap."""
+
+    @model_validator(mode="after")
+    def _skips_need_a_key(self) -> TasksConfig:
+        if (self.skip_always_solved or self.skip_never_solved) and not self.difficulty_key:
+            raise ValueError("tasks.skip_always_solved / skip_never_solved read a recorded pass "
+                             "rate: set tasks.difficulty_key (see `swefleet tasks difficulty`)")
+        return self
 
 
 class RunConfig(BaseModel):

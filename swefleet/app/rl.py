@@ -30,7 +30,7 @@ def run_rl(cfg: RunConfig, restart: bool = False) -> int:
 
     check_lr_schedule(cfg.trainer, cfg.orchestrator.steps, "orchestrator.steps")
     check_launchable(cfg)  # a missing vLLM fails before the run directory and the model exist
-    trained = training_tasks(cfg) if cfg.environment == "swe" else []  # (test split: refused)
+    trained = training_tasks(cfg, rl=True) if cfg.environment == "swe" else []  # (test: refused)
     out = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg.name)
     from swefleet.app.disk_preflight import check_run_disk
 
@@ -42,6 +42,8 @@ def run_rl(cfg: RunConfig, restart: bool = False) -> int:
         log.info("%s holds a run: resuming it", out)
     write_json_atomic(run_dir.root / ("config.resumed.json" if resuming else "config.json"),
                       cfg.model_dump(mode="json"))
+    if trained and cfg.tasks.difficulty_key:
+        write_json_atomic(run_dir.root / "task_selection.json", rl_task_selection(cfg)[1])
     if trained:
         from swefleet.evals.trained_tasks import record_trained_tasks
 
@@ -98,13 +100,41 @@ def prepare_tasks(cfg: RunConfig, select=None):
     return tasks
 
 
-def training_tasks(cfg: RunConfig) -> list:
+def rl_task_selection(cfg: RunConfig, tasks: list | None = None) -> tuple[list, dict]:
+    """RL's tasks after `[tasks]`'s difficulty skips, and what was skipped (logged once)."""
+    from swefleet.envs.difficulty import select_by_difficulty
+    from swefleet.envs.tasks import load_tasks
+
+    if tasks is None:
+        tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)[: cfg.tasks.limit or None]
+    t = cfg.tasks
+    if not t.difficulty_key:
+        return tasks, {}
+    kept, counts = select_by_difficulty(tasks, t.difficulty_key, t.skip_always_solved,
+                                        t.skip_never_solved)
+    info = {"difficulty_key": t.difficulty_key, "tasks": len(tasks), "kept": len(kept),
+            "skipped_always_solved": counts["always_solved"],
+            "skipped_never_solved": counts["never_solved"], "unmeasured": counts["unmeasured"]}
+    return kept, info
+
+
+def training_tasks(cfg: RunConfig, rl: bool = False) -> list:
     """The configured tasks (no images built), refused with one line when some are of a test
     split and `tasks.allow_test_split` is off: a training run never takes an evaluation set by
-    default."""
+    default. `rl`: after the difficulty skips (`rl_task_selection`)."""
     from swefleet.envs.tasks import is_evaluation_split, load_tasks
 
     tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)[: cfg.tasks.limit or None]
+    if rl and tasks:
+        tasks, info = rl_task_selection(cfg, tasks)
+        if info:
+            log.info("tasks by %s: %d of %d kept; skipped %d always solved, %d never solved; "
+                     "%d unmeasured (kept)", info["difficulty_key"], info["kept"], info["tasks"],
+                     info["skipped_always_solved"], info["skipped_never_solved"],
+                     info["unmeasured"])
+        if not tasks:
+            raise ValueError(f"{cfg.tasks.path}: every task was skipped by its recorded pass "
+                             f"rate ({info}); relax tasks.skip_always_solved / skip_never_solved")
     if not tasks:
         raise ValueError(_no_tasks(cfg))
     test = [t for t in tasks if is_evaluation_split(t.split)]
@@ -233,7 +263,7 @@ def _tasks_for(cfg: RunConfig):
         from swefleet.orchestrator.toy import toy_tasks
 
         return toy_tasks(cfg.toy)
-    return prepare_tasks(cfg)
+    return prepare_tasks(cfg, lambda tasks: rl_task_selection(cfg, tasks)[0])
 
 
 async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, stack,

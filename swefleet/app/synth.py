@@ -116,6 +116,29 @@ def reproduce_cli(args: argparse.Namespace) -> int:
     return 1 if infra else 0
 
 
+def difficulty_cli(args: argparse.Namespace) -> int:
+    from swefleet.envs.difficulty import pass_rates, record_difficulty
+    from swefleet.rundir import write_text_atomic
+
+    path, report_path = Path(args.tasks), Path(args.eval) / "report.json"
+    if not report_path.is_file():
+        raise ValueError(f"--eval {args.eval}: no report.json (not a finished eval's folder)")
+    if path.suffix != ".jsonl" or not path.is_file():
+        raise ValueError(f"--tasks {path}: not a JSONL task file")
+    rates = pass_rates(json.loads(report_path.read_text()))
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    written = record_difficulty(records, rates, args.key)
+    if not written:
+        raise ValueError(f"--eval {args.eval}: none of its {len(rates)} tasks is in {path}")
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+    values = [rate for rate, _ in rates.values()]
+    print(json.dumps({"key": args.key, "tasks_recorded": written,
+                      "always_solved": sum(v >= 1.0 for v in values),
+                      "never_solved": sum(v <= 0.0 for v in values),
+                      "in_between": sum(0.0 < v < 1.0 for v in values)}))
+    return 0
+
+
 def task_file_arg(args: argparse.Namespace) -> str:
     """`--tasks FILE` (or the old positional FILE), checked to name a task file or Hub set."""
     from swefleet.app.eval_args import check_task_source
