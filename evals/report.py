@@ -2,7 +2,8 @@
 
 Schema `swefleet.eval/2` (JSON): success_rate, ci95, pass_at_k, pass_hat_k, avg_at_k, flip_rate,
 n_tasks, n_episodes, infra_errors, tampered, success_rate_infra_as_failure, tokens_mean, wall_s_mean,
-per_task; an eval of a trained checkpoint adds `trained_overlap` (`evals/trained_tasks.py`), shown
+per_task; an eval over several splits adds `per_split` (each split's figures); an eval of a
+trained checkpoint adds `trained_overlap` (`evals/trained_tasks.py`), shown
 first in report.md. Infra errors are excluded from the rates (and counted); the `_infra_as_failure` rate
 counts them as failures, for comparison.
 """
@@ -64,6 +65,35 @@ def build_report(records: list[dict], k: int) -> dict:
     }
 
 
+def split_fields(records: list[dict], split_of: dict[str, str], k: int) -> dict:
+    """`per_split`: for an eval over tasks of more than one split, each split's success rate,
+    CI, pass@k and counts, so that a train, a held-out-by-repo and a held-out-by-instance
+    split are never averaged into one figure; {} for one split."""
+    splits = sorted({split_of.get(r["task_id"]) or "none" for r in records})
+    if len(splits) < 2:
+        return {}
+    out = {}
+    for split in splits:
+        mine = [r for r in records if (split_of.get(r["task_id"]) or "none") == split]
+        outcomes = outcomes_by_task(mine)
+        lo, hi = success_rate_ci(outcomes)
+        out[split] = {"success_rate": success_rate(outcomes), "ci95": [lo, hi],
+                      "pass_at_k": {str(i): mean_pass_at_k(outcomes, i) for i in range(1, k + 1)},
+                      "n_tasks": len({r["task_id"] for r in mine}), "n_episodes": len(mine),
+                      "infra_errors": sum(1 for r in mine if r["resolved"] is None)}
+    return {"per_split": out}
+
+
+def _split_lines(report: dict) -> list[str]:
+    lines = []
+    for split, f in report.get("per_split", {}).items():
+        lo, hi = f["ci95"]
+        lines.append(f"- split {split}: **{f['success_rate']:.1%}** (95% CI {lo:.1%} – {hi:.1%}), "
+                     f"{f['n_tasks']} tasks, {f['n_episodes']} episodes, "
+                     f"{f['infra_errors']} infra errors")
+    return lines
+
+
 def report_markdown(report: dict) -> str:
     lo, hi = report["ci95"]
     lines = [
@@ -72,6 +102,7 @@ def report_markdown(report: dict) -> str:
         *([overlap_line(report["trained_overlap"])] if "trained_overlap" in report else []),
         *([serving_line(report)] if "api" in report else []),
         f"- success rate: **{report['success_rate']:.1%}** (95% CI {lo:.1%} – {hi:.1%})",
+        *_split_lines(report),
         (f"- tasks: {report['n_tasks']}, episodes: {report['n_episodes']}, "
          f"infra errors: {report['infra_errors']} "
          f"(rate with them as failures: {report['success_rate_infra_as_failure']:.1%})"

@@ -88,3 +88,20 @@ def test_report_ci_and_pass_at_k_without_enough_attempts():
     assert r["pass_at_k"] == {"1": 1.0, "2": None}  # no task has 2 scored attempts: not 0.0
     assert r["pass_hat_k"]["2"] is None
     assert "k=2: n/a" in report_markdown(r)
+
+
+def test_each_split_is_reported_on_its_own():
+    from swefleet.evals.report import build_report, report_markdown, split_fields
+
+    records = [{"task_id": t, "attempt": a, "resolved": r} for t, a, r in [
+        ("a", 0, True), ("a", 1, True), ("b", 0, False), ("b", 1, None),
+        ("c", 0, False), ("c", 1, False)]]
+    split_of = {"a": "train", "b": "heldout_repo", "c": "heldout_repo"}
+    fields = split_fields(records, split_of, 2)
+    assert fields["per_split"]["train"]["success_rate"] == 1.0
+    held = fields["per_split"]["heldout_repo"]
+    assert (held["success_rate"], held["n_tasks"], held["n_episodes"], held["infra_errors"]) \
+        == (0.0, 2, 4, 1)
+    assert split_fields(records, dict.fromkeys("abc", "train"), 2) == {}  # one split: none
+    text = report_markdown(build_report(records, 2) | fields)
+    assert "- split heldout_repo: **0.0%**" in text and "- split train: **100.0%**" in text
