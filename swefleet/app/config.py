@@ -173,6 +173,7 @@ def load_config(
     path = path or "(defaults)"
     overridden = apply_overrides(data, overrides or [], RunConfig)
     if servers:
+        _drop_launch_settings(data)
         set_dotted(data, "inference.servers", list(servers))
         set_dotted(data, "inference.kind", "external")
     try:
@@ -186,6 +187,24 @@ def load_config(
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
     return cfg
+
+
+SERVER_LAUNCH_KEYS = ("vllm", "gpus", "gpu_memory_fraction", "gpus_per_server", "num_servers")
+"""`[inference]` settings that only say how to launch servers: `--server URL` replaces them."""
+
+
+def _drop_launch_settings(data: dict) -> None:
+    """With `--server`, the config's server launch settings do not apply: drop them (logged)."""
+    inference = data.get("inference")
+    if not isinstance(inference, dict):
+        return
+    dropped = [key for key in SERVER_LAUNCH_KEYS if inference.pop(key, None) is not None]
+    if dropped:
+        import logging
+
+        logging.getLogger(__name__).info(
+            "--server: the config's server launch settings do not apply (inference.%s)",
+            ", inference.".join(dropped))
 
 
 def _read_toml(path: Path) -> dict:

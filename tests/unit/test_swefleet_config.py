@@ -1,5 +1,7 @@
 """`swefleet rl --config`: bad config input is one clear line on stderr and exit code 2."""
 
+from pathlib import Path
+
 import pytest
 
 from swefleet.app.cli import main
@@ -64,3 +66,15 @@ def test_grading_protection_is_configured_under_envs_grading(tmp_path):
     assert cfg.envs.grading.protected_paths == ("tests/fixtures/*",)
     assert load_config(path, ["envs.grading.protected_paths=[]"]).envs.grading.protected_paths == ()
     assert "conftest.py" in type(cfg.envs.grading)().protected_paths
+
+
+def test_server_flag_replaces_a_gpu_configs_launch_settings():
+    from swefleet.inference.config import VLLMLaunch
+
+    repo = Path(__file__).resolve().parents[2]
+    cfg = load_config(repo / "configs" / "gpu_demo.toml", [],
+                      servers=["http://127.0.0.1:8000"])
+    inf = cfg.inference
+    assert (inf.resolved_kind, inf.servers, inf.gpus) == ("external", ["http://127.0.0.1:8000"], [])
+    assert inf.vllm == VLLMLaunch() and inf.gpu_memory_fraction is None
+    assert load_config(repo / "configs" / "gpu_demo.toml", []).inference.gpus  # unchanged
