@@ -67,11 +67,20 @@ def overlap_fields(model_dir: str | Path, evaluated: Iterable[str]) -> dict:
                                 "overlap_ids": both}}
 
 
+def unknown_overlap(evaluated: Iterable[str], why: str) -> dict:
+    """`trained_overlap` of an eval whose model's training record cannot be looked up (a chat
+    endpoint, predictions made elsewhere): unknown, and why."""
+    return {"trained_overlap": {"record": None, "n_evaluated": len(set(evaluated)),
+                                "n_trained": None, "n_overlap": None, "overlap_ids": None,
+                                "unknown_because": why}}
+
+
 def overlap_line(overlap: dict) -> str:
     """report.md's first line about the overlap."""
     if overlap["record"] is None:
-        return ("- trained tasks: **unknown** (no trained_tasks.json beside the checkpoint or "
-                "in its run directory)")
+        why = overlap.get("unknown_because") or ("no trained_tasks.json beside the checkpoint "
+                                                 "or in its run directory")
+        return f"- trained tasks: **unknown** ({why})"
     n, m = overlap["n_overlap"], overlap["n_evaluated"]
     if not n:
         return f"- trained tasks: none of the {m} evaluated tasks ({overlap['record']})"

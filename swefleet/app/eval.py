@@ -37,7 +37,7 @@ from swefleet.evals.resume import drop_retryable
 from swefleet.evals.select import select_tasks
 from swefleet.evals.served import check_served_model
 from swefleet.evals.swebench_report import dataset_ids, write_swebench_outputs
-from swefleet.evals.trained_tasks import overlap_fields
+from swefleet.evals.trained_tasks import overlap_fields, unknown_overlap
 from swefleet.rundir import append_jsonl, read_jsonl, write_json_atomic
 from swefleet.types import EpisodeStatus, GradeCause, GradeStatus, Task, Trajectory
 
@@ -89,6 +89,12 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         report.update(serving_fields(args.api, args.model, args.server))
     if args.agent == "model" and args.api == "tokens":  # was it trained on the tasks?
         report.update(overlap_fields(args.model, selected))
+    elif args.agent == "model":
+        report.update(unknown_overlap(selected, "a chat endpoint: the checkpoint behind it, "
+                                      "and so what it was trained on, is not known here"))
+    elif args.agent == "predictions":
+        report.update(unknown_overlap(selected, "predictions made elsewhere: the model behind "
+                                      "them is not known here"))
     write_json_atomic(out / "report.json", report)
     write_swebench_outputs(records, out, layout.run_id, layout.model_name,
                            dataset_ids(args.tasks, args.split, args.instance_ids))

@@ -75,6 +75,8 @@ def test_oracle_replies_resolve_through_the_chat_endpoint(tmp_path, scaffold):
     assert report["success_rate"] == 1.0 and report["n_episodes"] == 1
     assert (report["api"], report["model_name"], report["endpoint"]) == ("chat", "chat-policy", url)
     assert f"chat-policy via the chat API at {url}" in (out / "report.md").read_text()
+    assert report["trained_overlap"]["record"] is None  # contamination: unknown, and said so
+    assert "trained tasks: **unknown** (a chat endpoint" in (out / "report.md").read_text()
     assert all(r["authorization"] == f"Bearer {KEY}" for r in requests)
     assert all(r["body"]["model"] == "chat-policy" for r in requests)
     assert ("tools" in requests[0]["body"]) == (scaffold == "tools")
