@@ -294,6 +294,9 @@ def _add_cluster_parsers(sub) -> None:
     src = pl.add_mutually_exclusive_group(required=True)
     src.add_argument("--layout", help="layout TOML (see configs/layouts/)")
     src.add_argument("--config", help="run config TOML: plan its model and roles")
+    pl.add_argument("--run", default="", metavar="DIR",
+                    help="with --config: an rl run folder whose measured sandbox, command and "
+                         "grading times are added to the step")
     pl.set_defaults(func=_plan)
 
     sl = sub.add_parser("slurm", help="run `rl` as one Slurm batch job (docs/cluster.md)")
