@@ -357,13 +357,15 @@ def _add_replay_parser(sub) -> None:
                         "sandbox of its task, check each observation against the record, then "
                         "open a shell there (or print its state); --check replays whole "
                         "episodes and writes RUN_DIR/replay_check.json (docs/replay.md).",
-                        epilog="examples:\n  swefleet replay runs/RUN --episode ID --turn 3\n"
+                        epilog="examples:\n  swefleet show runs/RUN  # lists the episode ids\n"
+                        "  swefleet replay runs/RUN --episode ID --turn 3\n"
                         "  swefleet replay out/oracle --episode ID --no-shell --json r.json\n"
                         "  swefleet replay runs/RUN --check --max-workers 4\n"
                         "  swefleet replay runs/RUN --episode ID --turn 3 --continue\n"
                         "  swefleet replay runs/RUN --episode ID --turn 12 --via snapshot")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="an rl, sft or eval output dir")
-    rp.add_argument("--episode", default="", metavar="ID", help="the episode's episode_id")
+    rp.add_argument("--episode", default="", metavar="ID",
+                    help="the episode's episode_id (`swefleet show RUN_DIR` lists them)")
     rp.add_argument("--turn", type=int, default=None, metavar="K",
                     help="restore the state after turn K (default: the last turn)")
     rp.add_argument("--no-shell", action="store_true",
