@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import logging
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ def run_eval_cli(args: argparse.Namespace) -> int:
         for url in args.server:
             check_served_model(url, cfg.inference.model_name, cfg.inference.connect_timeout_s)
     out = Path(args.output_dir)
+    fresh = not out.exists()
     claim_eval_dir(out, args, cfg)  # this eval's folder, or the same eval's: never a mix
     (out / "config.json").write_text(cfg.model_dump_json(indent=2))  # what this eval ran with
     run_id = f"eval-{uuid.uuid4().hex[:8]}"  # labels this process's containers
@@ -73,7 +75,12 @@ def run_eval_cli(args: argparse.Namespace) -> int:
 
         if cfg.envs.backend == "docker" and not cfg.envs.hosts:  # (bwrap boxes die with
             reap_dead_runs(docker_client())  # their process; a farm over hosts reaps each)
-        tasks = prepare_tasks(cfg, _selector(args))
+        try:
+            tasks = prepare_tasks(cfg, _selector(args))
+        except Exception:
+            if fresh:  # refused before any episode: leave no folder behind
+                shutil.rmtree(out, ignore_errors=True)
+            raise
         write_eval_meta(args, layout, tasks)
         drop_retryable(out / "episodes.jsonl")
         asyncio.run(_eval(cfg, args, tasks, layout, run_id))

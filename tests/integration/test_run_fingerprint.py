@@ -112,3 +112,11 @@ def test_rl_resumes_the_same_run_only(tmp_path):
     recorded = json.loads((aside / "fingerprint.json").read_text())["fingerprint"]
     assert recorded["trainer.lr"] == 0.005
     assert json.loads((out / "fingerprint.json").read_text())["fingerprint"]["trainer.lr"] == 0.5
+
+
+def test_an_eval_refused_before_any_episode_leaves_no_folder(tmp_path):
+    out = tmp_path / "refused"
+    proc = _swefleet("eval", "--agent", "oracle", "--tasks", str(TASKS), "--instance-ids",
+                     "no__such-1", "--output-dir", str(out))
+    assert proc.returncode == 2 and "not in the task set" in proc.stderr
+    assert not out.exists()
