@@ -18,6 +18,7 @@ import shlex
 
 from swefleet.envs import canary, canary_ids, canary_twins
 from swefleet.envs.gradelog import test_files_of
+from swefleet.envs.protocol import InfraError
 from swefleet.envs.tamper import junit_outcomes
 
 _READ_CAP = 32 << 20
@@ -25,11 +26,25 @@ _PER_DIR = 3
 _DEFAULT_TEST_FILE = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_test)\.py$")
 
 
-def read_bytes(container, workdir: str, path: str) -> bytes | None:
-    """The first 32 MiB of `path` in the container, or None when it cannot be read."""
-    script = f"set -o pipefail; head -c {_READ_CAP} -- {shlex.quote(path)} 2>/dev/null"
-    res = container.exec_run(["bash", "-c", script], workdir=workdir)
-    return res.output or b"" if res.exit_code == 0 else None
+def read_bytes(container, workdir: str, path: str, attempts: int = 3) -> bytes | None:
+    """The first 32 MiB of `path` in the container, or None when it cannot be read (no such
+    file). A read that comes back shorter than the file's size (an exec that returned nothing
+    with exit 0) is tried again, then raises `InfraError`: planting into a file read as empty
+    would write the grader's tests over the real ones."""
+    q = shlex.quote(path)
+    size_script = f"stat -L -c %s -- {q} 2>/dev/null"
+    script = f"set -o pipefail; head -c {_READ_CAP} -- {q} 2>/dev/null"
+    for _ in range(attempts):
+        size = container.exec_run(["bash", "-c", size_script], workdir=workdir)
+        if size.exit_code != 0:
+            return None
+        res = container.exec_run(["bash", "-c", script], workdir=workdir)
+        data = res.output or b""
+        want = min(int((size.output or b"0").strip() or 0), _READ_CAP)
+        if res.exit_code == 0 and len(data) == want:
+            return data
+    raise InfraError(f"reading {path} for the grader's plants came back short {attempts} times "
+                     f"({len(data)} of {want} bytes)")
 
 
 def plant_canaries(session, scratch: str, tar_files) -> dict:

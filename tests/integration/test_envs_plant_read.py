@@ -1,0 +1,57 @@
+"""The grader's read of a test file before planting, in a real container: a read that comes
+back empty with exit 0 (a flaky exec) is tried again, and one that stays short is an
+infrastructure error, never an empty text to plant over the real file."""
+
+from __future__ import annotations
+
+import pytest
+from swefleet.envs.protocol import InfraError
+from swefleet.envs.tamperrun import read_bytes
+
+pytestmark = pytest.mark.integration
+# `head` that prints nothing (exit 0) while /tmp/fail-reads holds a positive count
+FLAKY_HEAD = """#!/bin/sh
+n=$(cat /tmp/fail-reads 2>/dev/null || echo 0)
+if [ "$n" -gt 0 ]; then echo $((n - 1)) > /tmp/fail-reads; exit 0; fi
+exec /usr/bin/head.real "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def container():
+    from swefleet.envs.containers import docker_client
+    from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
+
+    if not image_exists(DEFAULT_BASE_IMAGE):
+        pytest.skip(f"base image {DEFAULT_BASE_IMAGE} missing: run `make base-image`")
+    box = docker_client().containers.run(DEFAULT_BASE_IMAGE, ["sleep", "300"], detach=True,
+                                         network_mode="none", remove=True)
+    setup = ("mv /usr/bin/head /usr/bin/head.real && cat > /usr/bin/head && "
+             "chmod +x /usr/bin/head && mkdir -p /w && printf 'def test_x():\\n    pass\\n' "
+             "> /w/test_a.py && : > /w/empty.py")
+    res = box.exec_run(["bash", "-c", f"cat > /tmp/h <<'EOF'\n{FLAKY_HEAD}EOF\n"
+                        + setup.replace("cat > /usr/bin/head", "cp /tmp/h /usr/bin/head")])
+    assert res.exit_code == 0, res.output
+    yield box
+    box.kill()
+
+
+def _fail_next(box, n: int) -> None:
+    assert box.exec_run(["bash", "-c", f"echo {n} > /tmp/fail-reads"]).exit_code == 0
+
+
+def test_an_empty_read_is_tried_again(container):
+    _fail_next(container, 2)
+    assert read_bytes(container, "/w", "test_a.py") == b"def test_x():\n    pass\n"
+
+
+def test_a_read_that_stays_short_is_an_infra_error(container):
+    _fail_next(container, 3)
+    with pytest.raises(InfraError, match="came back short 3 times"):
+        read_bytes(container, "/w", "test_a.py")
+
+
+def test_empty_and_missing_files_read_as_they_are(container):
+    _fail_next(container, 0)
+    assert read_bytes(container, "/w", "empty.py") == b""
+    assert read_bytes(container, "/w", "missing.py") is None
