@@ -98,6 +98,7 @@ DEFAULT_PROTECTED_PATHS = (
     "/py.py",
     "pluggy/*",
     "*.pyc",
+    "__pycache__/",
     "*.egg-info/*",
     "*.dist-info/*",
 )
@@ -118,14 +119,17 @@ class GradingConfig(BaseModel):
     and the paths are recorded in `GradeResult.dropped_paths`. A glob without `/` matches a
     file's name in any directory; one with `/` matches the whole path (`*` also matches `/`).
     A glob ending in `/` matches a directory of that name anywhere (all its files); one
-    starting with `/` only at the repository's root. The defaults are what pytest or Python
-    load before the tests: `conftest.py` (hooks can rewrite every report to "passed"), pytest's
-    own config files, the start-up hooks as modules and as packages (`sitecustomize`,
-    `usercustomize`, `apport_python_hook` that Debian's and Ubuntu's `sitecustomize` imports,
-    `*.pth`), a runner of the same name at the root (`python -m pytest` imports the working
-    directory's `pytest` first), stale bytecode, and installed metadata (`entry_points.txt` can
-    register a pytest plugin). A changed file the patch's headers did not name (a format only
-    `patch` reads) fails the patch. Empty turns this off."""
+    starting with `/` only at the repository's root. Letter case is ignored, and a symbolic
+    link the patch adds matches when its target does or when a file inside it (read as a
+    folder) would; a path below such a link matches as the path it reaches. The defaults are
+    what pytest or Python load before the tests: `conftest.py` (hooks can rewrite every report
+    to "passed"), pytest's own config files, the start-up hooks as modules and as packages
+    (`sitecustomize`, `usercustomize`, `apport_python_hook` that Debian's and Ubuntu's
+    `sitecustomize` imports, `*.pth`), a runner of the same name at the root (`python -m
+    pytest` imports the working directory's `pytest` first), bytecode (`*.pyc`, `__pycache__`),
+    and installed metadata (`entry_points.txt` can register a pytest plugin). A changed file
+    the patch's headers did not name (a format only `patch` reads) fails the patch. Empty
+    turns this off."""
     protected_pytest_config: tuple[str, ...] = DEFAULT_PROTECTED_PYTEST_CONFIG
     """Globs (same rules) of config files whose pytest part a model patch may not change:
     after the patch is applied, such a file whose `[tool:pytest]`/`[pytest]` sections (ini

@@ -64,7 +64,7 @@ from swefleet.envs.gradelog import (
     test_files_of,
 )
 from swefleet.envs.hosts import HostSet, connect, engine_fault
-from swefleet.envs.protect import drop_protected, matches, pytest_section
+from swefleet.envs.protect import drop_protected, link_paths, matches, pytest_section
 from swefleet.envs.protocol import Grader, InfraError
 from swefleet.envs.tamper import junit_collect_errors, runner_flags
 from swefleet.envs.tamperrun import plant_canaries, task_view
@@ -79,6 +79,8 @@ LABEL_KIND = "swefleet.kind"
 LABEL_INSTANCE = "swefleet.instance"
 _SCRATCH = "/tmp/swefleet"
 _MARK = "applied.mark"
+#: Most symbolic links a model patch may write (each one's target is read back and checked).
+_MAX_LINKS = 64
 
 
 #: Header lines of a diff that name a file, for `git apply` and for GNU `patch`.
@@ -152,7 +154,8 @@ class _Session:
 
     def run(self, model_patch: str) -> str:
         self.flags = runner_flags(model_patch)
-        model_patch, self.dropped = drop_protected(model_patch, self.config.protected_paths)
+        model_patch, self.dropped = drop_protected(model_patch, self.config.protected_paths,
+                                                   self.task.workdir)
         self.lines += [f"{PROTECTED_DROPPED}: {p}" for p in self.dropped]
         self.container.put_archive(
             "/tmp", _tar_files({"model.patch": model_patch, "test.patch": self.task.test_patch,
@@ -211,12 +214,17 @@ class _Session:
 
     def _guard_applied(self) -> list[str]:
         """After the model patch: the protected files it changed although no header of it named
-        them (only `patch` reads such a diff), which fail it; a config file whose pytest part it
-        changed is reverted and recorded as dropped (one that cannot be reverted fails it)."""
+        them (only `patch` reads such a diff), or that a link it wrote reaches, which fail it; a
+        config file whose pytest part it changed is reverted and recorded as dropped (one that
+        cannot be reverted fails it)."""
         if not (self.config.protected_paths or self.config.protected_pytest_config):
             return []
-        written = self._written_files()
-        sneaked = [p for p in written if matches(p, self.config.protected_paths)]
+        written, links = self._written_files()
+        globs = self.config.protected_paths
+        sneaked = [p for p in written if matches(p, globs)]
+        if globs and len(links) > _MAX_LINKS:  # one exec per link: so many fail the patch
+            return sneaked + links
+        sneaked += [p for p in links if globs and p not in sneaked and self._link_is_protected(p)]
         if sneaked:
             return sneaked
         for path in (p for p in written if matches(p, self.config.protected_pytest_config)):
@@ -232,15 +240,28 @@ class _Session:
             self.dropped.append(path)
         return []
 
-    def _written_files(self) -> list[str]:
-        """Files (and links) written after `_MARK`, outside `.git`, and tracked files deleted."""
-        script = (
-            f"find . -path ./.git -prune -o \\( -type f -o -type l \\) -newer {_SCRATCH}/{_MARK} "
-            "-print0 2>/dev/null; git ls-files -d -z"
-        )
+    def _written_files(self) -> tuple[list[str], list[str]]:
+        """Files (and links) written after `_MARK`, outside `.git`, and tracked files deleted;
+        and the links among them."""
+        find = f"find . -path ./.git -prune -o \\( -type {{}} \\) -newer {_SCRATCH}/{_MARK} -print0"
+        script = (f"{find.format('f -o -type l')} 2>/dev/null; git ls-files -d -z; printf '\\0'; "
+                  f"{find.format('l')} 2>/dev/null")
         res = self.container.exec_run(["bash", "-c", script], workdir=self.task.workdir)
         names = (res.output or b"").decode(errors="replace").split("\0")
-        return list(dict.fromkeys(n.removeprefix("./") for n in names if n))
+        cut = names.index("") if "" in names else len(names)  # no name is empty: the separator
+        written, links = ([n.removeprefix("./") for n in part if n]
+                          for part in (names[:cut], names[cut + 1:]))
+        return list(dict.fromkeys(written)), list(dict.fromkeys(links))
+
+    def _link_is_protected(self, path: str) -> bool:
+        """Whether the link at `path` reaches a protected path (`protect.link_paths`); a link
+        whose target cannot be read counts as protected."""
+        res = self.container.exec_run(["readlink", "--", path], workdir=self.task.workdir)
+        if res.exit_code != 0:
+            return True
+        target = (res.output or b"").decode(errors="replace").removesuffix("\n")
+        paths = link_paths(path, target, self.task.workdir)
+        return any(matches(p, self.config.protected_paths) for p in paths)
 
     def _read(self, command: str) -> str | None:
         """The first 4 MiB `command` prints (a config file), or None when it fails."""

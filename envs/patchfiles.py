@@ -6,7 +6,9 @@ their line counts, so a removed `-- x` line is never taken for a header. Each fi
 every other reading of its headers (`names`: the name cut at the first space, as GNU `patch`
 reads a plain diff, and each way to split an ambiguous `diff --git` line), so a check on paths
 can look at all the files any tool could write. Text outside the files this reader knows
-(a preamble, a context diff) is kept in entries without names.
+(a preamble, a context diff) is kept in entries without names. A symbolic link is a file whose
+mode is `120000` (`new file mode`, `new mode`, or the `index` line) and whose added text is the
+link's target (`FilePatch.link_target`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _MAX_SPLITS = 16
 _NAMED = ("rename from ", "rename to ", "copy from ", "copy to ", "Index: ")
+_MODE = re.compile(r"^(?:new file mode|new mode) ([0-7]+)$|^index \w+\.\.\w+ ([0-7]+)$")
+LINK_MODE = "120000"
 
 
 @dataclass
@@ -38,10 +42,21 @@ class FilePatch:
     """Whether its `---` line (or a hunk) was read."""
     plus: bool = False
     """Whether its `+++` line was read."""
+    mode: str | None = None
+    """Its mode after the patch when a header gives one (`100644`, `120000`: a symbolic link)."""
+    added: list[str] = field(default_factory=list)
+    """The lines its hunks add, without their `+` and line ending."""
 
     @property
     def paths(self) -> list[str]:
         return list(dict.fromkeys(p for p in (self.old, self.new) if p))
+
+    @property
+    def link_target(self) -> str | None:
+        """The target of the symbolic link this file is after the patch; None when it is none."""
+        if self.mode != LINK_MODE or self.new is None:
+            return None
+        return "\n".join(self.added)
 
 
 def unquote(name: str) -> str:
@@ -108,6 +123,7 @@ def _take_hunk(lines: list[str], i: int, cur: FilePatch) -> int:
             old -= 1
         elif ch == "+":
             new -= 1
+            cur.added.append(lines[i][1:].rstrip("\r\n"))
         elif ch in (" ", "\n", "\r"):
             old, new = old - 1, new - 1
         else:
@@ -146,6 +162,8 @@ def _read_header(line: str, cur: FilePatch) -> None:
         cur.old = None
     elif body.startswith("deleted file mode"):
         cur.new = None
+    if (m := _MODE.match(body)) and not (m[2] and cur.mode):  # `new mode` wins over `index`
+        cur.mode = m[1] or m[2]
 
 
 def _read_git_line(rest: str, cur: FilePatch) -> None:

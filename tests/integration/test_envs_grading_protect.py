@@ -114,11 +114,31 @@ def test_guard_fails_a_patch_whose_protected_file_the_header_reader_missed(
 ):
     """Second layer: should the header reader miss a file (here: it is switched off), the files
     written by applying the patch are checked, and a protected one fails the patch."""
-    monkeypatch.setattr("swefleet.envs.grading.drop_protected", lambda patch, globs: (patch, []))
+    monkeypatch.setattr("swefleet.envs.grading.drop_protected",
+                        lambda patch, globs, root="": (patch, []))
     r = grader.grade_sync(task, task.patch + new_file_patch("a/b/conftest.py", "x = 1\n"))
     assert (r.status, r.cause) == (GradeStatus.error, "patch_failed"), r.log
     assert "a/b/conftest.py" in r.reason and reward_of(r) == 0.0
     assert_regrade_equal(task, r)
+
+
+def link_patch(path: str, target: str) -> str:
+    return (f"diff --git a/{path} b/{path}\nnew file mode 120000\n--- /dev/null\n+++ b/{path}\n"
+            f"@@ -0,0 +1 @@\n+{target}\n\\ No newline at end of file\n")
+
+
+def test_guard_follows_the_links_a_patch_wrote(task, grader, monkeypatch):
+    """The same second layer reads back the links the patch wrote: one named like a metadata
+    folder, or one pointing at a protected file, fails the patch; a harmless one does not."""
+    monkeypatch.setattr("swefleet.envs.grading.drop_protected",
+                        lambda patch, globs, root="": (patch, []))
+    for link, target in (("speedups-1.0.dist-info", "textkit"),
+                         ("textkit/hooks.py", "/testbed/tests/conftest.py")):
+        r = grader.grade_sync(task, task.patch + link_patch(link, target))
+        assert (r.status, r.cause) == (GradeStatus.error, "patch_failed"), r.log
+        assert link in r.reason
+    r = grader.grade_sync(task, task.patch + link_patch("docs/readme.md", "../README.md"))
+    assert r.status == GradeStatus.resolved, r.log[-3000:]
 
 
 def test_task_test_patch_may_add_a_conftest(task, grader):

@@ -53,6 +53,14 @@ SRC = (
         ("pkg/conftest_helpers.py", False),
         ("pkg/mod.py", False),
         ("setup.cfg", False),  # section-level (protected_pytest_config), not whole-file
+        # letter case ignored: importlib.metadata finds `X.DIST-INFO` folders
+        ("TEXTKIT_SPEEDUPS-1.0.DIST-INFO/entry_points.txt", True),
+        ("Pkg.Egg-Info/entry_points.txt", True),
+        ("tests/Conftest.py", True),
+        ("src/hook.PTH", True),
+        ("SiteCustomize/__init__.py", True),
+        ("tests/__pycache__/test_x.cpython-311-pytest-7.2.1.pyc", True),
+        ("tests/__PYCACHE__/notes.txt", True),
     ],
 )
 def test_default_globs(path, protected):
@@ -80,6 +88,72 @@ def test_split_keeps_text_and_reads_names_git_writes():
         ["té/conftest.py"],
         ["old.py", "new.py"],
     ]
+
+
+def link(path: str, target: str) -> str:
+    """A new symbolic link as `git diff` writes it."""
+    return (f"diff --git a/{path} b/{path}\nnew file mode 120000\nindex 0000000..1234567\n"
+            f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+{target}\n"
+            "\\ No newline at end of file\n")
+
+
+@pytest.mark.parametrize(
+    "files, dropped",
+    [
+        # a link named like a metadata folder, to a folder of the package holding the plugin
+        ([link("speedups-1.0.dist-info", "textkit/_meta"),
+          new_file("textkit/_meta/entry_points.txt")], ["speedups-1.0.dist-info"]),
+        # a path below a link into a protected folder
+        ([link("textkit/meta", "../speedups-1.0.DIST-INFO"),
+          new_file("textkit/meta/entry_points.txt")],
+         ["textkit/meta", "textkit/meta/entry_points.txt"]),
+        # a link to a protected file, relative and absolute (under the repository's root)
+        ([link("textkit/hooks.py", "../tests/conftest.py")], ["textkit/hooks.py"]),
+        ([link("textkit/hooks.py", "/testbed/conftest.py")], ["textkit/hooks.py"]),
+        ([link("textkit/boot", "/usr/lib/python3/dist-packages/x.pth")], ["textkit/boot"]),
+        # a bytecode folder that is a link (to a place the tests could write)
+        ([link("tests/__pycache__", "/tmp/cache")], ["tests/__pycache__"]),
+        # a chain of links ending in a metadata folder, and a file written through its start
+        ([link("l1", "l2"), link("l2", "l3"), link("l3", "x.dist-info"),
+          new_file("l1/entry_points.txt")], ["l1", "l2", "l3", "l1/entry_points.txt"]),
+        # links that reach nothing protected stay
+        ([link("docs/readme.md", "../README.md"), link("textkit/data", "/usr/share/dict"),
+          new_file("textkit/data2/x.py")], []),
+    ],
+)
+def test_links_are_followed(files, dropped):
+    patch = SRC + "".join(files)
+    kept, got = drop_protected(patch, GLOBS, root="/testbed")
+    assert got == dropped
+    assert kept == SRC + "".join(f for f in files if not any(f"b/{d}\n" in f for d in dropped))
+
+
+def test_a_link_chain_too_long_to_follow_counts_as_protected():
+    chain = [link(f"l{k}", f"l{k + 1}") for k in range(12)] + [new_file("l0/x.py")]
+    kept, dropped = drop_protected(SRC + "".join(chain), GLOBS)
+    assert "l0/x.py" in dropped and kept.startswith(SRC)
+
+
+def test_links_as_git_writes_them(tmp_path):
+    """A new link and a link whose target changed, read from a real `git diff`."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "old").symlink_to("somewhere")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "i"], check=True)
+    (repo / "old").unlink()
+    (repo / "old").symlink_to("tests/conftest.py")
+    (repo / "new.dist-info").symlink_to("pkg/meta dir")
+    (repo / "plain.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    diff = subprocess.run([*git, "diff", "--cached"], capture_output=True, text=True,
+                          check=True).stdout
+    targets = {f.new: f.link_target for f in split_patch(diff)}
+    assert targets == {"new.dist-info": "pkg/meta dir", "old": "tests/conftest.py",
+                       "plain.py": None}
+    assert drop_protected(diff, GLOBS)[1] == ["new.dist-info", "old"]
 
 
 def test_drop_protected_keeps_the_source_edits_and_names_what_it_dropped():
