@@ -40,6 +40,16 @@ class Line:
     ys: Sequence[float]
 
 
+@dataclass(frozen=True)
+class Band:
+    """A shaded band around a line: what it is (the legend entry) and its bounds per point."""
+
+    label: str
+    xs: Sequence[float]
+    lows: Sequence[float]
+    highs: Sequence[float]
+
+
 STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "x")
 
@@ -74,19 +84,25 @@ def zero_based(ax, values: Sequence[float], rate: bool = False) -> None:
 
 
 def line_plot(path: Path, about: str, lines: list[Line], *, xlabel: str, ylabel: str,
-              title: str, rate: bool = False, why_empty: str) -> Plot:
-    """Lines over steps on a zero-based y axis; not drawn when no line has a point."""
+              title: str, rate: bool = False, why_empty: str, bands: Sequence[Band] = ()) -> Plot:
+    """Lines over steps on a zero-based y axis, `bands` shaded under them (the first line's
+    colour); not drawn when no line has a point."""
     lines = [ln for ln in lines if len(ln.xs)]
     if not lines:
         return not_drawn(path, about, why_empty)
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = figure()
+    bands = [b for b in bands if len(b.xs)]
+    for b in bands:
+        ax.fill_between(b.xs, b.lows, b.highs, color="tab:blue", alpha=0.2, linewidth=0,
+                        label=b.label)
     for i, ln in enumerate(lines):  # styles differ, so a line hidden under another shows
         ax.plot(ln.xs, ln.ys, linestyle=STYLES[i % len(STYLES)],
                 marker=MARKERS[i % len(MARKERS)], markersize=4 + 2 * (i == 0), label=ln.label,
                 markerfacecolor="none" if i == 0 else None)
-    zero_based(ax, [y for ln in lines for y in ln.ys], rate=rate)
+    zero_based(ax, [y for ln in lines for y in ln.ys]
+               + [y for b in bands for y in (*b.lows, *b.highs)], rate=rate)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)

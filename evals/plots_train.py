@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swefleet.evals.plots import Line, Plot, line_plot
+from swefleet.evals.plots import Band, Line, Plot, line_plot
 
 KL_KEYS = {
     "mismatch_kl": "mismatch KL: samples of the trained policy version (engine vs trainer)",
@@ -50,14 +50,32 @@ def rl_plots(metrics: list[dict], trainer: list[dict], out: Path) -> list[Plot]:
             drop_rate_plot(metrics, out)]
 
 
+def reward_se_band(metrics: list[dict]) -> Band:
+    """Mean reward ± one standard error per step, SE = std / sqrt(n) of the step's scored
+    episodes' rewards (`rollout/reward_std`, sample std, and `rollout/reward_n`); a step that
+    records no std, or fewer than 2 scored episodes, has no band."""
+    points = [(r["step"], r["rollout/reward_mean"],
+               r["rollout/reward_std"] / r["rollout/reward_n"] ** 0.5) for r in metrics
+              if isinstance(r.get("step"), int) and _number(r.get("rollout/reward_mean"))
+              and _number(r.get("rollout/reward_std")) and _number(r.get("rollout/reward_n"))
+              and r["rollout/reward_n"] >= 2]
+    return Band("± 1 standard error: std of the step's rewards / √(scored episodes)",
+                [s for s, _, _ in points], [m - se for _, m, se in points],
+                [m + se for _, m, se in points])
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def reward_plot(metrics: list[dict], out: Path) -> Plot:
-    n = sorted(r.get("rollout/episodes", 0) for r in metrics)
-    per_step = f" ({n[len(n) // 2]} episodes a step)" if n else ""
-    return line_plot(out / "reward.png", "mean reward and pass rate of each step's episodes", [
+    n = sorted(r.get("rollout/reward_n", r.get("rollout/episodes", 0)) for r in metrics)
+    per_step = f" ({n[len(n) // 2]} scored episodes a step)" if n else ""
+    return line_plot(out / "reward.png", "mean reward of each step's scored episodes, with its "
+                     "standard-error band", [
         _line(metrics, "rollout/reward_mean", "mean reward (scored episodes)"),
-        _line(metrics, "rollout/pass_rate", "pass rate: resolved / episodes in the batch"),
-    ], xlabel="step", ylabel="reward / share of episodes", rate=True,
-        title=f"reward per step{per_step}", why_empty=NO_STEPS)
+    ], xlabel="step", ylabel="reward", rate=True, title=f"reward per step{per_step}",
+        why_empty=NO_STEPS, bands=[reward_se_band(metrics)])
 
 
 def loss_plot(trainer: list[dict], out: Path) -> Plot:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 
 from swefleet.stats import percentile
@@ -24,6 +25,8 @@ def rollout_metrics(trajs: list[Trajectory], trained_version: int) -> dict:
     out = {
         "rollout/episodes": len(trajs),
         "rollout/reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "rollout/reward_std": statistics.stdev(rewards) if len(rewards) > 1 else 0.0,
+        "rollout/reward_n": len(rewards),
         "rollout/pass_rate": statuses.get(EpisodeStatus.resolved.value, 0) / max(len(trajs), 1),
         "rollout/turns_mean": sum(len(t.turns) for t in trajs) / max(len(trajs), 1),
         "rollout/tokens_mean": sum(t.n_tokens for t in trajs) / max(len(trajs), 1),

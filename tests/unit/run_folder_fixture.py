@@ -27,6 +27,7 @@ def step_record(step: int, reward: float) -> dict:
         "infer/served_version": step, "batch/samples": 8, "drops/straggler": step,
         "drops/step": 1 if step else 0, "rollout/drop_rate": 1 / 9 if step else 0.0,
         "rollout/episodes": 8, "rollout/reward_mean": reward, "rollout/pass_rate": reward,
+        "rollout/reward_std": (reward * (1 - reward) * 8 / 7) ** 0.5, "rollout/reward_n": 8,
         "rollout/turns_mean": 3.0, "rollout/tokens_mean": 410.0, "rollout/latency_p50_s": 5.0,
         "rollout/latency_p99_s": 9.0, "rollout/off_policy_rate": 0.0,
         "rollout/version_skew": {"0": 8}, "rollout/status/resolved": int(8 * reward),

@@ -6,12 +6,14 @@ import re
 
 import pytest
 from swefleet.evals.plots import figure, plot_step_times, zero_based
-from swefleet.evals.plots_train import kl_plot
+from swefleet.evals.plots_train import kl_plot, reward_plot, reward_se_band
 from swefleet.evals.run_index import INDEX, UNKNOWN
 from swefleet.evals.run_report import run_kind, write_run_report
 
 from tests.unit.evals_bench_fixture import write_bench
 from tests.unit.run_folder_fixture import (
+    REWARDS,
+    step_record,
     trainer_record,
     write_demo,
     write_eval,
@@ -144,3 +146,25 @@ def test_bench_step_time_plot_starts_at_zero_and_names_no_folder(tmp_path):
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels[:3] == ["run 1 of 3", "run 2 of 3", "run 3 of 3"]
     assert not any("run-" in label for label in labels)
+
+
+def test_the_reward_band_is_one_standard_error_of_each_steps_rewards():
+    records = [
+        {"step": 0, "rollout/reward_mean": 0.5, "rollout/reward_std": 0.4, "rollout/reward_n": 4},
+        {"step": 1, "rollout/reward_mean": 0.25, "rollout/reward_std": 0.0, "rollout/reward_n": 1},
+        {"step": 2, "rollout/reward_mean": 0.5, "rollout/episodes": 8},  # std not recorded
+        {"step": 3, "rollout/reward_mean": 1.0, "rollout/reward_std": 0.0, "rollout/reward_n": 8},
+    ]
+    band = reward_se_band(records)
+    assert list(band.xs) == [0, 3]  # one scored episode, or no std: no band
+    assert band.lows == pytest.approx([0.3, 1.0]) and band.highs == pytest.approx([0.7, 1.0])
+
+
+def test_the_reward_plot_draws_the_mean_with_its_band(tmp_path):
+    records = [step_record(s, r) for s, r in enumerate(REWARDS)]
+    band = reward_se_band(records)
+    se = (0.25 * 0.75 * 8 / 7) ** 0.5 / 8 ** 0.5  # the fixture's std of 8 rewards, 2 of them 1
+    assert band.highs[0] - band.lows[0] == pytest.approx(2 * se)
+    plot = reward_plot(records, tmp_path)
+    assert plot.written and "standard-error band" in plot.about
+    assert (tmp_path / "reward.png").read_bytes()[:8] == PNG

@@ -24,6 +24,8 @@ def test_rollout_metrics_hand_values():
     assert m["rollout/version_skew"] == {"0": 1, "1": 1, "2": 1}
     assert m["rollout/off_policy_rate"] == pytest.approx(2 / 3)
     assert m["rollout/reward_mean"] == 0.5 and m["rollout/pass_rate"] == 0.25
+    # the scored episodes' rewards 1.0 and 0.0: sample std sqrt(0.5) (n - 1), n = 2
+    assert m["rollout/reward_std"] == pytest.approx(0.5 ** 0.5) and m["rollout/reward_n"] == 2
     assert m["rollout/latency_p50_s"] == 25.0 and m["rollout/latency_p99_s"] == pytest.approx(39.7)
     assert m["rollout/turns_mean"] == pytest.approx(5 / 4)
     assert m["rollout/tokens_mean"] == pytest.approx(15 / 4)
