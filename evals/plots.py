@@ -11,7 +11,7 @@ each line is. A plot without data is not drawn: its file is removed and the call
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -169,22 +169,36 @@ def plot_phases(report: dict, path: Path) -> None:
     fig.savefig(path)
 
 
-def write_bench_plots(report: dict, out: Path) -> list[str]:
-    """Writes the bench plots that have data (removes those that have none); returns the
-    written file names."""
+BENCH_PLOTS = {
+    "step_time.png": "step time over steps from 0 s, one line per run, warm-up shaded",
+    "step_time_hist.png": "distribution of the steady-state step times, median and p90 marked",
+    "phases.png": "median seconds per phase next to the median step time",
+    "success_by_task.png": "rollout success by task, all runs (resolved / scored episodes, "
+                           "95% Wilson interval)",
+}
+
+
+def bench_plots(report: dict, out: Path) -> list[Plot]:
+    """Draws the bench plots that have data (removes those that have none); returns them all,
+    drawn or not and why."""
     from swefleet.evals.plots_eval import plot_success_by_task
 
     plot_step_times(report, out / "step_time.png")
-    written = ["step_time.png"]
-    if report["step_time_median_s"] is not None:
-        plot_step_time_hist(report, out / "step_time_hist.png")
-        plot_phases(report, out / "phases.png")
-        written += ["step_time_hist.png", "phases.png"]
-    else:
-        for name in ("step_time_hist.png", "phases.png"):
-            (out / name).unlink(missing_ok=True)
+    plots = [Plot("step_time.png", BENCH_PLOTS["step_time.png"])]
+    for name, draw in (("step_time_hist.png", plot_step_time_hist), ("phases.png", plot_phases)):
+        if report["step_time_median_s"] is not None:
+            draw(report, out / name)
+            plots.append(Plot(name, BENCH_PLOTS[name]))
+        else:
+            plots.append(not_drawn(out / name, BENCH_PLOTS[name],
+                                   "no steady-state step (every step is warm-up or an event)"))
     success = {t: (s["resolved"], s["scored"])
                for t, s in report["rollouts"]["success_by_task"].items()}
     plot = plot_success_by_task(success, out / "success_by_task.png",
                                 "RL rollout success by task, all runs")
-    return written + ([plot.name] if plot.written else [])
+    return [*plots, replace(plot, about=BENCH_PLOTS["success_by_task.png"])]
+
+
+def write_bench_plots(report: dict, out: Path) -> list[str]:
+    """`bench_plots`: the names of the written ones."""
+    return [p.name for p in bench_plots(report, out) if p.written]

@@ -1,5 +1,6 @@
-"""`index.md` of a run folder: what each entry there is, generated from what is present (plots
-included), and the plots that were not drawn and why."""
+"""`index.md` of an output folder: its title (the command that wrote it), where to start, a
+demo's stages in order, what each entry there is (generated from what is present, plots
+included: `run_files.py` describes the files) and the plots that were not drawn and why."""
 
 from __future__ import annotations
 
@@ -8,73 +9,28 @@ import json
 from pathlib import Path
 
 from swefleet.evals.plots import Plot
+from swefleet.evals.run_files import FIRST, LEADS, TABLES, TITLES, run_kind
 
 INDEX = "index.md"
-
-COMMON = {
-    "config.json": "the resolved config the run started with",
-    "config.resumed.json": "the config of the latest restart on this folder",
-    "fingerprint.json": "what the results depend on (command, model and task hashes, settings): "
-                        "a restart on this folder with different ones is refused",
-    "trained_tasks.json": "the ids of the tasks the checkpoints were trained on (an eval "
-                          "reports its overlap with them)",
-    "trainer_job.json": "the job handed to the trainer process",
-    "trainer_metrics.jsonl": "one record per optimizer step, written by the trainer (loss, KL, "
-                             "entropy, timings; docs/metrics.md)",
-    "batches/": "the batches handed to the trainer, one file per optimizer step",
-    "weights/": "the checkpoints the trainer published (Hugging Face format, `vNNNNNN/`)",
-    "trainer_checkpoints/": "the trainer's own checkpoints (optimizer state; a resume starts "
-                            "from them)",
-    "model/": "the starting model, created by the project (random init + tokenizer)",
-    "logs/": "logs of the servers and the trainer",
-}
-"""Entries every kind of run folder may hold; the kinds' own tables below take precedence."""
-
-BY_KIND = {
-    "rl": {
-        "episodes.jsonl": "one record per episode, appended as it ends: tokens, log-probs, "
-                          "policy versions, status and reason, reward, grade",
-        "episodes.started.jsonl": "one line per episode as it started (a restart settles the "
-                                  "ones a killed run never finished)",
-        "metrics.jsonl": "one record per RL step: reward, statuses, drops, timings, fleet and "
-                         "trainer metrics (docs/metrics.md)",
-        "weights.jsonl": "one record per policy version served: when, and how long the sync "
-                         "took",
-        "drops.jsonl": "one record per drop: reason, count, the episodes it settled",
-        "summary.json": "the run's summary: steps, episodes by status, wall time, servers",
-        "tensorboard/": "TensorBoard event files of the step metrics",
-        "wandb/": "the Weights & Biases run (offline mode: `wandb sync` uploads it)",
-        "slurm/": "the Slurm batch script and job id",
-        "sft/": "the SFT warm start before RL (`swefleet demo`), with its own index.md",
-        "eval-*/": "the eval of the final checkpoint (`swefleet demo`), with its own index.md",
-    },
-    "sft": {
-        "oracle_episodes.jsonl": "the oracle's trajectories the model was fine-tuned on",
-        "weights/": "the final SFT checkpoint (Hugging Face format, `vNNNNNN/`)",
-    },
-    "eval": {
-        "episodes.jsonl": "one record per episode: task, attempt, status and reason, resolved, "
-                          "patch, grade",
-        "eval_run.json": "what the eval ran: agent, model, tasks, selection, k, run id",
-        "report.json": "the report (schema swefleet.eval/2): success rate and its 95% CI, "
-                       "pass@k, pass^k, per-task outcomes",
-        "report.md": "the report for reading",
-        "predictions.jsonl": "SWE-bench predictions: the first attempt's patch per task",
-        "swebench_report.json": "SWE-bench's run report of the first attempts",
-        "trajectories/": "every episode's full trajectory, `<task>/<attempt>.json`",
-        "logs/": "SWE-bench per-instance logs (`run_evaluation/`) and server logs",
-        "mini-swe-agent/": "the trajectories in mini-swe-agent's format (`swefleet export`)",
-    },
-}
 UNKNOWN = "not written by swefleet"
 
+DEMO_STAGES = (
+    ("-base", "eval of the starting model on the held-out tasks"),
+    ("sft", "SFT warm start"),
+    ("-sft", "eval of the SFT checkpoint on the held-out tasks"),
+    ("rl", "RL, from the SFT checkpoint when there is one (its files are in the table below)"),
+    ("", "eval of the final RL checkpoint on the held-out tasks"),
+)
+"""A demo's stages in the order they run: (eval folder suffix, or "sft" / "rl"; what it is)."""
 
-def describe(name: str, kind: str, plots: dict[str, Plot], named: dict[str, str]) -> str:
-    """What the entry `name` (a directory name ends with "/") of a `kind` folder is; `named`:
-    descriptions of the entries this folder names at run time."""
+
+def describe(name: str, table: dict[str, str], plots: dict[str, Plot]) -> str:
+    """What the entry `name` (a directory name ends with "/") is, by `table` (names, then
+    fnmatch patterns in order); a PNG `plots` names: that plot."""
     if name in plots:
-        return f"plot: {plots[name].about}"
-    table = {**COMMON, **BY_KIND.get(kind, {}), **named}
+        p = plots[name]
+        return (f"plot: {p.about}" if p.written
+                else f"plot: {p.about} (from an earlier report, not redrawn: {p.missing})")
     if name in table:
         return table[name]
     return next((text for pattern, text in table.items() if fnmatch.fnmatch(name, pattern)),
@@ -101,15 +57,88 @@ def run_named(root: Path, kind: str) -> dict[str, str]:
             "attempts (`<model>.<run_id>.json`, as the harness names it)"}
 
 
+def demo_stages(root: Path) -> list[tuple[str, str]]:
+    """(entry, what it is) of each stage of the demo in `root` that is there, in the order they
+    run; the RL stage's entry is "" (the folder itself)."""
+    names = set(entries(root))
+    split = _final_eval_split(root)
+    evals = sorted(n for n in names if n.startswith("eval-") and n.endswith("/"))
+    stages = []
+    for key, about in DEMO_STAGES:
+        if key == "sft":
+            found = ["sft/"] if "sft/" in names else []
+        elif key == "rl":
+            found = [""] if "metrics.jsonl" in names or "weights/" in names else []
+        elif split is not None:
+            found = [f"eval-{split}{key}/"] if f"eval-{split}{key}/" in names else []
+        else:  # no config: by the folder names (a final eval ends in neither suffix)
+            found = [n for n in evals if n.endswith(f"{key}/")] if key else [
+                n for n in evals if not n.endswith(("-base/", "-sft/"))]
+        stages += [(name, about) for name in found]
+    return stages
+
+
+def _final_eval_split(root: Path) -> str | None:
+    try:
+        split = json.loads((root / "config.json").read_text())["final_eval"]["split"]
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+    return split if isinstance(split, str) else None
+
+
+def _demo_lines(root: Path) -> list[str]:
+    lines = ["## Stages, in the order they ran", ""]
+    for i, (name, about) in enumerate(demo_stages(root), 1):
+        where = f"[`{name}`]({name}{INDEX})" if name else "this folder"
+        lines.append(f"{i}. {where}: {about}")
+    if not (root / "demo_summary.md").exists():
+        lines += ["", "`demo_summary.md` is written when the last stage has finished."]
+    return [*lines, ""]
+
+
+def _context(root: Path) -> list[str]:
+    """Where this folder sits: a stage of a demo, or a run of a bench."""
+    parent = root.resolve().parent
+    kind = run_kind(parent) if parent != root.resolve() else None
+    if kind == "demo":
+        stages = demo_stages(parent)
+        names = [name for name, _ in stages]
+        mine = f"{root.name}/"
+        which = (f"Stage {names.index(mine) + 1} of {len(names)} ({dict(stages)[mine]}) of"
+                 if mine in names else "A stage of")
+        line = (f"{which} the `swefleet demo` in the folder above: its summary is "
+                "[`../demo_summary.md`](../demo_summary.md), its index [`../index.md`]"
+                "(../index.md).")
+    elif kind == "bench":
+        line = ("One run of the `swefleet bench` in the folder above: its report is "
+                "[`../bench.md`](../bench.md).")
+    else:
+        return []
+    return [line, ""]
+
+
+def ordered(names: list[str], kind: str, stages: list[str]) -> list[str]:
+    """`names` with the kind's first entries (a demo's summary, then its stage folders) first."""
+    first = [n for n in (*FIRST.get(kind, ()), *stages) if n in names]
+    return first + [n for n in names if n not in first]
+
+
 def index_markdown(root: Path, kind: str, plots: list[Plot]) -> str:
-    drawn = {p.name: p for p in plots if p.written}
-    named = run_named(root, kind)
-    lines = [f"# {kind} run folder", "",
-             "What each file here is. `swefleet report run DIR` redraws the plots and this index.",
-             "", "| file | what it is |", "|---|---|"]
-    lines += [f"| `{name}` | {describe(name, kind, drawn, named)} |" for name in entries(root)]
+    table = {**TABLES[kind], **run_named(root, kind)}
+    stages = demo_stages(root) if kind == "demo" else []
+    table.update({name: f"stage: {about}, with its own index.md" for name, about in stages
+                  if name and name != "sft/"})
+    by_name = {p.name: p for p in plots}
+    lines = [f"# {TITLES[kind]}", "", LEADS[kind], "", *_context(root)]
+    if kind == "demo":
+        lines += _demo_lines(root)
+    lines += ["What each file here is. `swefleet report run DIR` redraws the plots and this index"
+              + (" (the stages' too)." if kind in ("demo", "bench") else "."),
+              "", "| file | what it is |", "|---|---|"]
+    names = ordered(entries(root), kind, [name for name, _ in stages])
+    lines += [f"| `{name}` | {describe(name, table, by_name)} |" for name in names]
     missing = [p for p in plots if not p.written]
     if missing:
-        lines += ["", "Plots not drawn (no file is written for a plot without data):", ""]
+        lines += ["", "Plots not drawn, and why (no file is written for a plot without data):", ""]
         lines += [f"- `{p.name}` ({p.about}): {p.missing}" for p in missing]
     return "\n".join(lines) + "\n"

@@ -1,68 +1,54 @@
-"""A run folder that explains itself: its plots (PNG) and an `index.md` saying what each file
-there is. `rl`, `sft` and `eval` call `write_run_report` when they end; `swefleet report run DIR`
-redraws any run folder from its records alone. A demo's folder is the RL run's, with the
-`sft/` and `eval-<split>/` stage folders inside: they are drawn with it.
-
-Kinds, told apart by the files each command writes: `eval` (`eval_run.json` or `report.json`),
-`sft` (the trainer job's loss is `sft`, or `oracle_episodes.jsonl` without RL step records),
-`rl` (step records, served versions or the started-episodes journal).
+"""An output folder that explains itself: its plots (PNG) and an `index.md` saying what each
+file there is. `rl`, `sft`, `eval`, `demo`, `bench` and `replay` call `write_run_report` when
+they end; `swefleet report run DIR` redraws any such folder from its records alone. A demo's
+folder is the RL run's, with its other stages' folders inside (`sft/`, `eval-<split>*/`); a
+bench's holds its RL runs (`run-<i>/`): they are drawn with it. The kinds and their files:
+`run_files.py`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from swefleet.evals.plots import Plot
+from swefleet.evals.run_files import (
+    BENCH_MARKERS,
+    RL_MARKERS,
+    bench_runs,
+    run_kind,
+    stage_folders,
+)
 from swefleet.evals.run_index import INDEX, index_markdown
 
 from swefleet.rundir import read_jsonl, write_text_atomic
 
-RL_MARKERS = ("metrics.jsonl", "weights.jsonl", "episodes.started.jsonl", "summary.json")
-
-
-def run_kind(root: Path) -> str | None:
-    """"rl", "sft" or "eval" for a run folder of that command; None for any other folder."""
-    if (root / "eval_run.json").is_file() or (root / "report.json").is_file():
-        return "eval"
-    if _trainer_loss(root) == "sft" or ((root / "oracle_episodes.jsonl").is_file()
-                                        and not (root / "metrics.jsonl").exists()):
-        return "sft"
-    if any((root / name).is_file() for name in RL_MARKERS):
-        return "rl"
-    return None
-
-
-def _trainer_loss(root: Path) -> str | None:
-    try:
-        job = json.loads((root / "trainer_job.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return (job.get("trainer") or {}).get("loss") if isinstance(job, dict) else None
+__all__ = ["run_kind", "stage_folders", "write_run_report"]
 
 
 def write_run_report(run_dir: str | Path) -> list[Plot]:
-    """Draw the plots of the run folder `run_dir` (and of the stage folders inside an RL run:
-    `sft/`, `eval-<split>/`), write its index.md; returns its plots, drawn or not. A folder that
-    is no run folder is a ValueError."""
+    """Draw the plots of the output folder `run_dir` and of the folders inside it (a demo's
+    stages, a bench's runs), write their index.md; returns the plots, drawn or not (those of an
+    inner folder named `<folder>/<file>`). A folder of no command is a ValueError."""
     root = Path(run_dir)
-    kind = run_kind(root) if root.is_dir() else None
-    if kind is None:
-        raise ValueError(f"{root}: not a run folder of rl, sft, eval or demo (none of "
-                         f"eval_run.json, report.json, trainer_job.json, {', '.join(RL_MARKERS)})")
-    if kind == "rl":
-        for stage in stage_folders(root):
-            write_run_report(stage)
+    kind = _kind(root)
+    inner: list[Plot] = []
+    for folder in (stage_folders(root) if kind == "demo" else
+                   bench_runs(root) if kind == "bench" else []):
+        inner += [replace(p, name=f"{folder.name}/{p.name}") for p in write_run_report(folder)]
     plots = draw_plots(root, kind)
     write_text_atomic(root / INDEX, index_markdown(root, kind, plots))
-    return plots
+    return plots + inner
 
 
-def stage_folders(root: Path) -> list[Path]:
-    """The run folders of other stages inside `root` (`swefleet demo`: sft/, eval-<split>/)."""
-    return sorted(p for p in root.iterdir()
-                  if p.is_dir() and (p.name == "sft" or p.name.startswith("eval-"))
-                  and run_kind(p) is not None)
+def _kind(root: Path) -> str:
+    kind = run_kind(root) if root.is_dir() else None
+    if kind is None:
+        raise ValueError(f"{root}: not a run folder of rl, sft, eval, demo or bench (none "
+                         f"of eval_run.json, report.json, trainer_job.json, "
+                         f"{', '.join((*BENCH_MARKERS, *RL_MARKERS))})")
+    return kind
 
 
 def draw_plots(root: Path, kind: str) -> list[Plot]:
@@ -70,6 +56,10 @@ def draw_plots(root: Path, kind: str) -> list[Plot]:
 
     if kind == "eval":
         return _eval_plots(root)
+    if kind == "bench":
+        from swefleet.evals.bench_outputs import write_bench_files
+
+        return write_bench_files(root)[1]
     trainer = read_jsonl(root / "trainer_metrics.jsonl")
     if kind == "sft":
         return sft_plots(trainer, root)

@@ -215,8 +215,9 @@ def _add_report_parsers(sub) -> None:
     re_.add_argument("-k", type=flags.positive_int, default=None,
                      help="pass@k up to k (default: most attempts)")
     re_.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
-    rr = rp_sub.add_parser("run", help="a run folder's plots and index.md (rl, sft, eval, demo)")
-    rr.add_argument("dir", help="run folder (an rl, sft, eval or demo output dir)")
+    rr = rp_sub.add_parser("run", help="a run folder's plots and index.md (rl, sft, eval, demo, "
+                                       "bench)")
+    rr.add_argument("dir", help="run folder (an rl, sft, eval, demo or bench output dir)")
     rc = rp_sub.add_parser("compare", help="deltas A -> B and whether each is beyond noise")
     rc.add_argument("a", help="bench.json or report.json (baseline)")
     rc.add_argument("b", help="bench.json or report.json (candidate), same schema as A")

@@ -37,7 +37,7 @@ def replay_cli(args: argparse.Namespace) -> int:
         from swefleet.app.replay_restore import drop_snapshots
 
         print(f"removed {drop_snapshots(run)} snapshots of {run.root}")
-        return 0
+        return _explained(run.root, 0)
     if args.check:
         _check_args(args)
         episodes = [run.episode(args.episode)] if args.episode else run.episodes
@@ -45,16 +45,27 @@ def replay_cli(args: argparse.Namespace) -> int:
         for traj in episodes:
             if traj.turns and traj.task_id not in tasks:
                 tasks[traj.task_id] = task_of(run, traj)
-        return _interruptible(_check(run, episodes, tasks, args))
+        return _explained(run.root, _interruptible(_check(run, episodes, tasks, args)))
     if not args.episode:
         raise ValueError("--episode ID is needed (or --check for every episode)")
     traj = run.episode(args.episode)
     turn = check_turn(traj, args.turn)
     restorer = _restorer(run, traj, turn, args)
     if args.continue_:
-        return _continue_cli(run, traj, restorer, args)
+        return _explained(run.root, _continue_cli(run, traj, restorer, args))
     task = task_of(run, traj)
-    return _interruptible(_restore(run, traj, task, restorer, args))
+    code = _interruptible(_restore(run, traj, task, restorer, args))
+    return _explained(run.root, code) if args.via == "snapshot" else code
+
+
+def _explained(root: Path, code: int) -> int:
+    """`code`, once the run folder's plots and index.md are written again: they describe what
+    replay added there (`replay_check.json`, `replays/`)."""
+    from swefleet.evals.run_report import run_kind, write_run_report
+
+    if code == 0 and run_kind(root) is not None:
+        write_run_report(root)
+    return code
 
 
 def _check_args(args: argparse.Namespace) -> None:

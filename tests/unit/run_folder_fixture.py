@@ -1,6 +1,7 @@
 """Small run folders shaped like the real writers' (orchestrator/loop.py `_step_record`,
 trainer/main.py `_log_step`, app/eval.py `_record`, evals/report.py `build_report`), for the
-run-report tests: an RL run, an SFT stage, an eval, and a demo folder holding all three."""
+run-report tests: an RL run, an SFT stage, an eval, and a demo folder holding them all, with the
+files each command writes beside its records (`everything=True`: the optional ones too)."""
 
 from __future__ import annotations
 
@@ -124,9 +125,59 @@ def write_eval(out: Path, outcomes: dict[str, list[bool | None]]) -> Path:
     return out
 
 
-def write_demo(out: Path) -> Path:
-    """A demo folder: the RL run with its SFT and held-out eval stages inside."""
+def write_demo(out: Path, *, all_evals: bool = False) -> Path:
+    """A finished demo folder: the RL run with its SFT and held-out eval stages inside, its
+    summary and stage times; `all_evals`: the evals of the starting model and of the SFT
+    checkpoint too (`[final_eval] base`, `after_sft`)."""
     write_rl(out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "final_eval": {"split": "heldout"}}))
     write_sft(out / "sft")
-    write_eval(out / "eval-heldout", {"h1": [False, False], "h2": [False, False]})
+    evals = ["eval-heldout-base", "eval-heldout-sft", "eval-heldout"] if all_evals else [
+        "eval-heldout"]
+    for name in evals:
+        write_eval(out / name, {"h1": [False, False], "h2": [False, False]})
+    (out / "demo_times.json").write_text(json.dumps({"sft": 16.0, "rl": 111.0, "eval": 6.0}))
+    (out / "demo_summary.json").write_text(json.dumps({"run": str(out)}))
+    (out / "demo_summary.md").write_text("# swefleet demo\n")
+    return out
+
+
+def _touch(out: Path, *names: str) -> None:
+    """Files (directories: a name ending in "/") with placeholder content."""
+    for name in names:
+        path = out / name
+        if name.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}\n")
+
+
+RL_EXTRAS = ("fingerprint.json", "config.resumed.json", "trained_tasks.json",
+             "batches/step_000000.npz", "trainer_checkpoints/step_000003/", "model/",
+             "prefixes.jsonl", "task_selection.json", "tensorboard/", "wandb/", "slurm/",
+             "replay_check.json", "replays/e0.json", "mini-swe-agent/")
+"""What else `swefleet rl` (with its options), `swefleet replay` and `swefleet export` write into
+an RL run folder."""
+SFT_EXTRAS = ("config.json", "fingerprint.json", "trained_tasks.json", "expert_episodes.jsonl",
+              "expert_demonstrations.json", "expert_dropped_episodes.jsonl",
+              "batches/step_000000.npz", "model/", "mini-swe-agent/")
+EVAL_EXTRAS = ("fingerprint.json", "episodes.retried.jsonl", "mini-swe-agent/",
+               "replay_check.json", "replays/", "trajectories/t0/0.json")
+
+
+def write_everything(out: Path, kind: str) -> Path:
+    """The fixture folder of `kind` ("rl", "sft", "eval", "demo") with every optional file its
+    command, replay and export may write."""
+    if kind == "rl":
+        write_rl(out)
+    elif kind == "sft":
+        write_sft(out)
+    elif kind == "eval":
+        write_eval(out, {"a": [True, False], "b": [False, True]})
+    else:
+        write_demo(out, all_evals=True)
+    extras = {"rl": RL_EXTRAS, "demo": RL_EXTRAS, "sft": SFT_EXTRAS, "eval": EVAL_EXTRAS}[kind]
+    _touch(out, *extras)
     return out
