@@ -54,6 +54,7 @@ def bench_markdown(r: dict, plots: list[str] | None = None) -> str:
         *_phase_lines(r),
         "",
         *_run_lines(r),
+        *_run_to_run_lines(r),
         *_excluded_lines(r),
         *_config_lines(r),
     ]
@@ -82,6 +83,37 @@ def _best_lines(r: dict) -> list[str]:
         f"| best vs median run | {_pct(r['best_vs_median'])} |",
         f"| run-to-run CV of medians | {_pct(cv)} |",
     ]
+
+
+def _run_to_run_lines(r: dict) -> list[str]:
+    """Per run: steady median, phase medians, tasks drawn, load and GPU state; the phase that
+    moved most between runs."""
+    v = r.get("run_to_run")
+    if not v or len(v["runs"]) < 2:
+        return []
+    phases = list(v["phase_spreads_s"])
+    lines = ["", "## Run to run", "",
+             "| run | step median | " + " | ".join(phases) + " | tasks | load (1 min) | GPU "
+             "SM clock / temp / power |",
+             "|---" * (len(phases) + 5) + "|"]
+    for run in v["runs"]:
+        cond = (run.get("conditions") or {}).get("before") or {}
+        gpu = (cond.get("gpus") or [{}])[0]
+        gpu_text = "–" if not gpu else (f"{gpu.get('sm_clock_mhz')} MHz / "
+                                        f"{gpu.get('temperature_c')} C / {gpu.get('power_w')} W")
+        load = (cond.get("loadavg") or [None])[0]
+        lines.append(f"| {run['name']} | {_s(run['step_time_median_s'])} | "
+                     + " | ".join(_s(run["phase_medians_s"][p]) for p in phases)
+                     + f" | {run['tasks_drawn']} | {'–' if load is None else load} | {gpu_text} |")
+    if v["moved_phase"]:
+        jac = v["tasks_jaccard_min"]
+        lines += ["", (f"Between runs the step median spread {_s(v['step_median_spread_s'])}; the "
+                       f"phase that moved most is **{v['moved_phase']}** (spread "
+                       f"{_s(v['phase_spreads_s'][v['moved_phase']])}, "
+                       f"{_pct(v['share_of_step_spread'])} of the step's). Smallest overlap "
+                       f"of two runs' drawn tasks (Jaccard): "
+                       f"{'–' if jac is None else f'{jac:.2f}'}.")]
+    return lines
 
 
 def _throughput_lines(r: dict) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from swefleet.evals.bench_data import PHASES, RunData, find_run_dirs, load_run
 from swefleet.evals.bench_events import events_report, is_steady
+from swefleet.evals.bench_variance import run_to_run
 from swefleet.evals.steptime import coef_var, detect_warmup, summarize, warmup_threshold
 
 from swefleet.stats import median
@@ -81,6 +82,7 @@ def build_bench_report(runs: list[RunData], environment: dict | None = None) -> 
         "phases": _phases(steady_rows, stats["median_s"]),
         "throughput": _throughput(after_warmup),
         "rollouts": _rollouts(used),
+        "run_to_run": run_to_run(used, warmup, environment),
         "runs": per_run,
         "excluded_runs": [{"name": r.name, "reason": f"incomplete: {len(r.rows)}/"
                            f"{r.expected_steps} versions served"}

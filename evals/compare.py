@@ -51,10 +51,25 @@ def compare_reports(a: dict, b: dict, *, n_boot: int = 2000, seed: int = 0) -> d
     if kind == BENCH_SCHEMA:
         rows = _bench_rows(a, b, n_boot, seed)
         changes = {k: list(v) for k, v in config_diff(a["config"], b["config"]).items()}
-    else:
-        _check_shared_tasks(a["per_task"], b["per_task"])
-        rows, changes = _eval_rows(a, b, n_boot, seed), {}
-    return {"schema": SCHEMA, "compared": kind, "config_changes": changes, "rows": rows}
+        return {"schema": SCHEMA, "compared": kind, "config_changes": changes, "rows": rows,
+                "moved_phase": moved_phase(rows)}
+    _check_shared_tasks(a["per_task"], b["per_task"])
+    rows = _eval_rows(a, b, n_boot, seed)
+    return {"schema": SCHEMA, "compared": kind, "config_changes": {}, "rows": rows}
+
+
+def moved_phase(rows: list[dict]) -> dict | None:
+    """Of the phase medians, the one whose change is largest, with its share of the step
+    median's change; None when no phase was measured in both."""
+    phases = [r for r in rows if r["metric"].startswith("phase_") and r["delta"] is not None]
+    step = next((r for r in rows if r["metric"] == "step_time_median_s"), None)
+    if not phases:
+        return None
+    top = max(phases, key=lambda r: abs(r["delta"]))
+    step_delta = step["delta"] if step else None
+    return {"phase": top["metric"], "delta_s": top["delta"],
+            "beyond_noise": top["beyond_noise"], "step_median_delta_s": step_delta,
+            "share_of_step_delta": top["delta"] / step_delta if step_delta else None}
 
 
 def _row(metric: str, va: float | None, vb: float | None,
@@ -223,6 +238,12 @@ def compare_markdown(result: dict, name_a: str = "A", name_b: str = "B") -> str:
         rel = "–" if r["rel_delta"] is None else f"{r['rel_delta']:+.1%}"
         lines.append(f"| {r['metric']} | {_fmt(r['a'])} | {_fmt(r['b'])} | {_fmt(r['delta'])} | "
                      f"{rel} | {ci} | {p} | {_verdict(r)} | {r['note']} |")
+    moved = result.get("moved_phase")
+    if moved:
+        share = moved["share_of_step_delta"]
+        lines += ["", (f"The phase that moved most: **{moved['phase']}** ({_fmt(moved['delta_s'])}"
+                       f" s; the step median moved {_fmt(moved['step_median_delta_s'])} s"
+                       + ("" if share is None else f", {share:.0%} of it") + ").")]
     return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,7 @@ run directory is moved aside to `run-<i>.incomplete-<time>` and run again.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from swefleet.app.bench_conditions import conditions
 from swefleet.rundir import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,9 @@ def run_bench(config: Path, steps: int, runs: int, out: Path, sets: list[str],
                          f"got steps={steps} runs={runs}")
     run_one = run_one or run_subprocess
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "bench_env.json", environment(config, steps, runs, sets))
+    env_file = out / "bench_env.json"
+    kept = json.loads(env_file.read_text()).get("run_conditions", {}) if env_file.exists() else {}
+    write_json_atomic(env_file, environment(config, steps, runs, sets) | {"run_conditions": kept})
     for i in range(runs):
         run_dir = out / f"run-{i}"
         if run_dir.exists():
@@ -75,11 +79,20 @@ def run_bench(config: Path, steps: int, runs: int, out: Path, sets: list[str],
         log_path = out / f"run-{i}.log"
         log.info("bench: run %d/%d -> %s (log %s)", i + 1, runs, run_dir, log_path)
         t0 = time.monotonic()
+        before = conditions()
         code = run_one(rl_command(config, run_dir, steps, sets), log_path)
+        _record_conditions(out / "bench_env.json", run_dir.name, before, conditions())
         if code != 0:
             tail = log_path.read_text(errors="replace")[-3000:] if log_path.exists() else ""
             raise BenchRunFailed(f"run {i} exited with code {code}; log {log_path}:\n{tail}")
         log.info("bench: run %d done in %.1fs", i, time.monotonic() - t0)
+
+
+def _record_conditions(env_file: Path, name: str, before: dict, after: dict) -> None:
+    """Add one run's machine state (before and after it) to `bench_env.json`."""
+    env = json.loads(env_file.read_text())
+    env.setdefault("run_conditions", {})[name] = {"before": before, "after": after}
+    write_json_atomic(env_file, env)
 
 
 def _complete(run_dir: Path, steps: int, load_run) -> bool:

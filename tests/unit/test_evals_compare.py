@@ -47,6 +47,11 @@ def test_bench_doubling_is_beyond_noise_and_config_change_listed(tmp_path):
     assert rows["phase_train_median_s"]["beyond_noise"] is False
     assert rows["warmup_steps"]["ci95"] is None and rows["warmup_steps"]["beyond_noise"] is None
     assert result["config_changes"] == {"orchestrator.groups_per_step": [2, 4]}
+    moved = result["moved_phase"]  # wait_for_data moved 2.5 s of the step median's 2.5 s
+    assert (moved["phase"], moved["delta_s"], moved["share_of_step_delta"]) == (
+        "phase_wait_for_data_median_s", pytest.approx(2.5), pytest.approx(1.0))
+    assert "The phase that moved most: **phase_wait_for_data_median_s**" in compare_markdown(
+        result)
 
 
 def test_bench_same_runs_are_within_noise(tmp_path):
