@@ -22,7 +22,7 @@ from swefleet.orchestrator.metrics import rollouts_dropped
 
 from swefleet.batch import read_batch
 from swefleet.journal import Journal
-from swefleet.rundir import RunDir, append_jsonl, read_jsonl, version_dirs
+from swefleet.rundir import RunDir, append_jsonl, newest_durable, read_jsonl, version_dirs
 from swefleet.types import EpisodeStatus, Trajectory
 from swefleet.weight_transfer import MARKER_SUFFIX
 
@@ -43,6 +43,15 @@ class ResumePoint:
     @property
     def fresh(self) -> bool:
         return self.step == 0 and self.version == 0 and not self.pending
+
+
+def finished(run_dir: RunDir, steps: int) -> bool:
+    """The run in `run_dir` has nothing left to do for `steps` steps: every step's batch was
+    handed over and policy v`steps` (or a later one) is a published checkpoint directory that
+    survives a crash (`newest_durable`). Reads only: a restart of a finished run starts no
+    server and no trainer, and changes nothing."""
+    return (contiguous_count(lambda i: run_dir.batch_path(i).exists()) >= steps
+            and newest_durable(run_dir.weights) >= steps)
 
 
 def contiguous_count(exists) -> int:

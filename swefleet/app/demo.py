@@ -8,7 +8,9 @@
    model`), reported whatever it is.
 
 Outputs: `<output_dir>/` is the RL run directory; `sft/` and `eval-<split>/` lie inside it. Run
-again on the same `--output-dir`, finished stages are skipped (RL resumes where it stopped).
+again on the same `--output-dir`, finished stages are skipped (RL resumes where it stopped); when
+every stage was done nothing runs (no server, no trainer) and nothing in the folder changes: the
+saved summary is printed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ def demo_cli(args: argparse.Namespace) -> int:
     code = _run_stages(cfg, args, out, stages)
     if code != 0:
         return code
+    if not stages.ran and (out / "demo_summary.md").exists():  # a finished demo: untouched
+        print((out / "demo_summary.md").read_text(), end="")
+        print(f"every stage was done: nothing ran, nothing changed in {out}")
+        return 0
     print_demo_summary(cfg, out, stages.times)
     from swefleet.evals.run_report import write_run_report
 
@@ -83,23 +89,27 @@ def _run_stages(cfg, args: argparse.Namespace, out: Path, stages: _Stages) -> in
         cfg.model.name, cfg.model.path = "", str(checkpoint)  # RL starts from the SFT weights
     if code := evaluate("eval_sft", "sft", "the SFT checkpoint", cfg.model.path):
         return code
+    from swefleet.orchestrator.resume import finished
+
     final = RunDir(out).weights_path(cfg.orchestrator.steps)
-    rl_done = (final / "config.json").exists()
+    rl_done = finished(RunDir(out), cfg.orchestrator.steps)
     start = cfg.model.path or "the random-init model"
-    if stages.start("rl", f"RL ({cfg.orchestrator.steps} steps from {start})", rl_done):
-        code = stages.timed(run_rl, cfg)
+    stages.start("rl", f"RL ({cfg.orchestrator.steps} steps from {start})", rl_done)
+    code = run_rl(cfg) if rl_done else stages.timed(run_rl, cfg)  # done: checked, not run
     return code or evaluate("eval", "rl", "the final checkpoint", str(final))
 
 
 class _Stages:
     """Stage banners and times; the times are kept in `demo_times.json`, so a resumed demo
-    reports each stage's time from the run that did it, not the no-op of the resume."""
+    reports each stage's time from the run that did it, not the no-op of the resume (a stage
+    that does not run leaves the file as it is)."""
 
     def __init__(self, out: Path, names: list[str], console) -> None:
         self.path, self.names, self.console = out / "demo_times.json", names, console
         self.times: dict[str, float] = (json.loads(self.path.read_text())
                                         if self.path.exists() else {})
         self._current = ""
+        self.ran = False  # whether a stage ran in this invocation
 
     def start(self, name: str, what: str, done: bool) -> bool:
         """Print the banner of stage `name`; True when it has to run (not `done`)."""
@@ -116,6 +126,7 @@ class _Stages:
         from swefleet.rundir import write_text_atomic
 
         t0 = time.monotonic()
+        self.ran = True
         result = fn(*args)
         self.times[self._current] = round(time.monotonic() - t0, 1)
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -190,6 +190,8 @@ async def _eval(cfg, args, tasks: list[Task], layout: _Layout, run_id: str) -> N
     done = {(r["task_id"], r["attempt"]) for r in read_jsonl(episodes)}
     todo = [(t, a) for t in tasks for a in range(args.k) if (t.instance_id, a) not in done]
     log.info("%d episodes to run (%d already done)", len(todo), len(done))
+    if not todo:  # every episode is recorded: no server, no sandbox, no empty progress bar
+        return
     grader = make_grader(run_id, cfg.envs)
     policy = await _policy(cfg, args, run_id)
     limit = asyncio.Semaphore(cfg.orchestrator.max_concurrent_episodes)

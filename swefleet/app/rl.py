@@ -38,6 +38,11 @@ def run_rl(cfg: RunConfig, restart: bool = False) -> int:
     claim_rl_dir(out, cfg, restart)  # this run's folder, or the same run's: never a mix
     resuming = (out / "config.json").exists()
     run_dir = RunDir(out)
+    from swefleet.orchestrator.resume import finished
+
+    if resuming and finished(run_dir, cfg.orchestrator.steps):  # no server, trainer or write
+        log.info("all %d steps are done in %s: nothing to run", cfg.orchestrator.steps, out)
+        return 0
     if resuming:
         log.info("%s holds a run: resuming it", out)
     write_json_atomic(run_dir.root / ("config.resumed.json" if resuming else "config.json"),
@@ -197,13 +202,13 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
             log.info("resuming at step %d, policy v%d, %d finished groups not yet trained on",
                      resume.step, resume.version, len(resume.pending))
         log.info("%d tasks, model %s (setup %.1fs)", len(tasks), model_dir, time.monotonic() - t0)
+        if resume.version >= cfg.orchestrator.steps:
+            log.info("all %d steps are done in %s", cfg.orchestrator.steps, run_dir.root)
+            return 0
         # spawned from the main thread: the servers die with this process (die_with_parent);
         # metrics scraped by default (infer/kv_hit_rate per step)
         fleet, supervisor = await open_fleet(cfg, model_dir, run_dir.logs, stack,
                                              scrape_metrics=True, run_dir=run_dir)
-        if resume.version >= cfg.orchestrator.steps:
-            log.info("all %d steps are done in %s", cfg.orchestrator.steps, run_dir.root)
-            return 0
         trainer = start_trainer(cfg.trainer, cfg.orchestrator.steps, run_dir, model_dir,
                                 await weight_sync_job(cfg.inference, cfg.trainer.device,
                                                       fleet, run_dir))

@@ -58,11 +58,11 @@ def run_sft(cfg: RunConfig, sft_dir: Path, restart: bool = False) -> Path:
     trained = _trained_task_ids(cfg)  # oracle tasks of a test split: refused, nothing written
     claim_sft_dir(sft_dir, cfg, restart)  # this run's folder, or the same run's: never a mix
     run_dir = RunDir(sft_dir)
-    write_json_atomic(run_dir.root / "config.json", cfg.model_dump(mode="json"))
     final = run_dir.weights_path(cfg.sft.steps)
-    if (final / "config.json").exists():
+    if (final / "config.json").exists():  # nothing to run, nothing written
         log.info("SFT checkpoint %s exists: stage skipped", final)
         return final
+    write_json_atomic(run_dir.root / "config.json", cfg.model_dump(mode="json"))
     from swefleet.evals.trained_tasks import record_trained_tasks
 
     record_trained_tasks(run_dir.root, trained, cfg.sft.trajectories or cfg.tasks.path,
