@@ -176,7 +176,8 @@ DEMO = {
 folders are tried in this order)."""
 BENCH = {
     "bench_env.json": "what the bench ran and where: config file, steps, runs, `--set` values, "
-                      "host, CPUs, GPUs",
+                      "host, CPUs, GPUs; the machine's load and GPU clocks before and after "
+                      "each run",
     "bench.json": "the report (schema swefleet.bench/2): step time median, p90 and spread over "
                   "the steady-state steps, phases, rollouts, throughput (docs/bench.md)",
     "bench.md": "the report for reading, with its plots",
