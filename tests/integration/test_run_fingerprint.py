@@ -38,6 +38,7 @@ def test_another_agent_is_refused_the_same_resumes_restart_starts_over(tmp_path)
     first = _eval(out, "oracle")
     assert first.returncode == 0, first.stderr[-3000:]
     assert json.loads((out / "report.json").read_text())["success_rate"] == 1.0
+    assert "eval resolved=1" in first.stdout  # the progress line of the episodes run
     before = _files(out)
 
     other = _eval(out, "empty")
@@ -52,6 +53,7 @@ def test_another_agent_is_refused_the_same_resumes_restart_starts_over(tmp_path)
     same = _eval(out, "oracle", "--max-workers", "3")  # more workers: still the same run
     assert same.returncode == 0, same.stderr[-3000:]
     assert "0 episodes to run (1 already done)" in same.stderr
+    assert "eval resolved=" not in same.stdout + same.stderr  # nothing ran: no empty progress
     assert (out / "episodes.jsonl").read_bytes() == before["episodes.jsonl"]
 
     restarted = _eval(out, "empty", "--restart")
