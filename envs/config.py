@@ -136,6 +136,17 @@ class GradingConfig(BaseModel):
     style) or `tool.pytest` table (TOML) differ from the base commit's — or that no longer
     parses — is reverted as a whole and recorded in `GradeResult.dropped_paths`; its other edits
     (dependencies, metadata) are kept when the pytest part is unchanged. Empty turns this off."""
+    read_only_tests: bool = True
+    """Run the tests with the repository read-only to them, so that nothing they write (the
+    patched package's code included) can change a test file, or the bytecode pytest loads for
+    one, before pytest reads it. Docker: the files are made readable and not writable and the
+    test command runs as `nobody` (with `image_user = "image"`: as the image's user, who owns
+    them and could make them writable again); bwrap: in a one-shot sandbox beside the grading
+    sandbox, its workdir and home bound read-only. /tmp stays writable. Either way the
+    repository's bytecode caches (`__pycache__`, `*.pyc`) are removed before the tests and
+    they run with `PYTHONDONTWRITEBYTECODE=1`. Off: the tests run as the repository's owner
+    and may write into it (a suite that writes into its own tree, e.g. image comparisons
+    saved beside the tests, needs this)."""
     canaries: bool = True
     """Tamper checks (`envs/tamper.py`): for tasks with a pytest log parser, plant a random
     must-pass and must-fail test in each test file, collect pytest's JUnit report outside the

@@ -13,10 +13,11 @@ The procedure follows SWE-bench's harness (`swebench.harness.run_evaluation` + `
 3. the files touched by `test_patch` are reset to the base commit (undoing the model's edits to
    them; SWE-bench does this after the model patch, so do we) and `test_patch` is applied;
 4. canaries are planted in the test files and the FAIL_TO_PASS tests run under secret names
-   beside must-fail twins (`envs/tamperrun.py`), the grader's own files are
-   removed, and `task.test_cmd` runs on the test files under `timeout` with a deadline, as the
-   repository's owner; its output and pytest's JUnit report come back on the run's streams,
-   never through a file the tests could reach (`envs/testrun.py`);
+   beside must-fail twins (`envs/tamperrun.py`), the grader's own files and the repository's
+   bytecode caches are removed, and `task.test_cmd` runs on the test files under `timeout`
+   with a deadline, with the repository read-only to it (`GradingConfig.read_only_tests`);
+   its output and pytest's JUnit report come back on the run's streams, never through a file
+   the tests could reach (`envs/testrun.py`);
 5. the log is parsed with the swebench parser named by `task.log_parser` and FAIL_TO_PASS /
    PASS_TO_PASS are decided with swebench's own `get_eval_tests_report`.
 
@@ -68,7 +69,7 @@ from swefleet.envs.protect import drop_protected, link_paths, matches, pytest_se
 from swefleet.envs.protocol import Grader, InfraError
 from swefleet.envs.tamper import junit_collect_errors, runner_flags
 from swefleet.envs.tamperrun import plant_canaries, task_view
-from swefleet.envs.testrun import capture_script, run_in_container
+from swefleet.envs.testrun import READ_ONLY_USER, capture_script, run_in_container
 
 from swefleet.types import GradeCause, GradeResult, GradeStatus, Task
 
@@ -132,11 +133,21 @@ def _tar_files(files: Mapping[str, str], uid: int = 1000) -> bytes:
     return buf.getvalue()
 
 
+#: Before the tests: the repository's bytecode caches (a `__pycache__` that is a link too) go.
+_REMOVE_CACHES = ("find . -path ./.git -prune -o \\( -name __pycache__ -o -name '*.pyc' \\) "
+                  "-prune -exec rm -rf -- {} +")
+#: ... and where the test user is not the files' owner: every file readable, none writable.
+_READ_ONLY = "chmod -R a+rX,a-w -- ."
+
+
 class _Session:
     """One grading run inside one started container; builds the log step by step."""
 
     uid = 1000
     """Owner of the scratch files (`/tmp/swefleet`): the uid that runs the steps."""
+    chmod_read_only = True
+    """Whether read-only tests need the files' modes changed (Docker: the tests run as another
+    user); bwrap binds the repository read-only instead."""
 
     def __init__(self, container, task: Task, deadline: float, log_cap: int,
                  config: GradingConfig, exec_deadline=None):
@@ -281,16 +292,20 @@ class _Session:
         return self._sh(" && ".join(f"{{ {s}; }}" for s in steps), "reset test files")
 
     def _run_tests(self) -> str:
-        """Remove the grader's files, then run the tests as the repository's owner; their
-        output and JUnit report come back on the run's streams (`envs/testrun.py`)."""
+        """Remove the grader's files and the bytecode caches, then run the tests (read-only to
+        them unless configured otherwise); their output and JUnit report come back on the
+        run's streams (`envs/testrun.py`)."""
         if not self._sh(f"rm -rf -- {_SCRATCH}", "grader files removed"):
             raise InfraError("could not remove the grader's files before the tests")
+        read_only = self.config.read_only_tests
+        seal = _REMOVE_CACHES + (f" ; {_READ_ONLY}" if read_only and self.chmod_read_only else "")
+        self._sh(seal, "bytecode caches removed" + (", repository read-only" if read_only else ""))
         files = " ".join(shlex.quote(f) for f in test_files_of(self.task))
         script = capture_script(f"{self.task.test_cmd} {files}", junit=bool(self.evidence))
         budget = max(1.0, self._remaining())
         started = time.monotonic()
         run = self.exec_deadline(self.container, script, budget, self.task.workdir,
-                                 self.log_cap)
+                                 self.log_cap, read_only=read_only)
         rc = run.exit_code
         timed_out = rc is None or (rc in (124, 137) and time.monotonic() - started >= budget - 1)
         output, junit = task_view(self.evidence, run.output, run.report, self.task)
@@ -489,7 +504,9 @@ class DockerGrader(Grader):
         )
         try:
             container.start()
-            session = _Session(container, task, deadline, self.log_cap_chars, self.config)
+            tests_user = run.user if run.how == "image" else READ_ONLY_USER
+            session = _Session(container, task, deadline, self.log_cap_chars, self.config,
+                               functools.partial(run_in_container, read_only_user=tests_user))
             if run.how == "image":  # the image's own user: its files in /tmp are its own
                 session.uid = _uid_of(container)
             return session.run(model_patch)

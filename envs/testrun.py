@@ -1,6 +1,8 @@
 """The tests' run, captured by the grader from the outside (no file in the sandbox holds it).
 
-The test command runs as the unprivileged user that owns the repository, with the grader's own
+The test command runs unprivileged, with the repository read-only to it (`READ_ONLY_USER` in a
+container, a read-only bind on the bwrap backend; `GradingConfig.read_only_tests`), bytecode
+writes off (`PYTHONDONTWRITEBYTECODE`), and the grader's own
 files already gone from the sandbox: what it prints comes back on the run's standard output
 (Docker's exec stream, or a pipe of the bwrap box) and only the grader keeps it (head and tail,
 `log_cap` characters); pytest's JUnit report comes back the same way, on the run's standard
@@ -21,6 +23,9 @@ from swefleet.envs.protocol import InfraError
 
 #: The descriptor the test command gets for pytest's JUnit report (the run's standard error).
 REPORT_FD = 3
+#: Who runs the tests in a container when they must not write the repository: `nobody`, in no
+#: group of the repository's owner (the uid and gid need no entry in the image's passwd).
+READ_ONLY_USER = "65534:65534"
 _REPORT_CAP = 32 << 20
 _DRAIN_S = 2.0
 #: After a container's test command ended: its stream is read on while data keeps coming (a
@@ -90,20 +95,23 @@ def capture_script(command: str, junit: bool) -> str:
     pytest's JUnit report on the run's standard error (descriptor `REPORT_FD`)."""
     # a pipe of the tests' own user to a copy of the run's standard error: pytest opens
     # /dev/fd/3 again by name, which a pipe made by another user (Docker's, the host's) refuses
-    prefix = f"exec {REPORT_FD}> >(exec cat >&2); exec 2>&1; "
+    prefix = f"exec {REPORT_FD}> >(exec cat >&2); exec 2>&1; export PYTHONDONTWRITEBYTECODE=1; "
     if junit:
         opt = shlex.quote(f"--junitxml=/dev/fd/{REPORT_FD}")
         prefix += f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }}"{opt}; '
     return prefix + f"{{ {command}\n}}"
 
 
-def run_in_container(container, script: str, budget_s: float, workdir: str,
-                     log_cap: int) -> TestRun:
+def run_in_container(container, script: str, budget_s: float, workdir: str, log_cap: int,
+                     read_only: bool = False, read_only_user: str = READ_ONLY_USER) -> TestRun:
     """Run `script` in a Docker container under `timeout` (which kills its process group),
-    reading its two streams as they come; None as exit status when even the backstop passed."""
+    reading its two streams as they come; None as exit status when even the backstop passed.
+    `read_only`: as `read_only_user` (the repository's files already made not writable),
+    else as the container's user."""
     api = container.client.api
     cmd = ["timeout", "-k", "5", f"{budget_s:.1f}", "bash", "-c", script]
-    exec_id = api.exec_create(container.id, cmd, workdir=workdir)["Id"]
+    user = read_only_user if read_only else ""
+    exec_id = api.exec_create(container.id, cmd, workdir=workdir, user=user)["Id"]
     stream = api.exec_start(exec_id, stream=True, demux=True)
     output, report, failed = CappedOutput(log_cap), Report(), []
     last = [time.monotonic()]  # when data came last

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import itertools
 import json
 import math
@@ -147,16 +148,23 @@ class Box:
                     "--pdeathsig", "KILL", *self._rlimits()]
         return ["setpriv", "--pdeathsig", "KILL", *self._rlimits(nproc=False)]
 
-    async def _start_init(self) -> None:
+    def _bwrap(self, bind: str) -> list[str]:
+        """bwrap with the box's namespaces, root, fresh /tmp, and its workdir and home bound
+        with `bind` (`--bind`, or `--ro-bind`); `--pdeathsig` in the prefix: the farm's death
+        kills bwrap, bwrap's `--die-with-parent` the sandbox."""
         tmp_mb = self.limits.tmpfs_mb or 1024
-        argv = [
-            *self._init_prefix(),  # --pdeathsig: the farm's death kills bwrap, bwrap's the box
+        return [
+            *self._init_prefix(),
             self.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", "--uid", str(AGENT_ID), "--gid", str(AGENT_ID),
             "--hostname", "sandbox", "--ro-bind", str(self.entry / "rootfs"), "/",
             "--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
-            "--bind", str(self.dir / "work"), self.workdir, "--bind", str(self.dir / "home"), HOME,
-            "--chdir", self.workdir, "--info-fd", "{info}",
+            bind, str(self.dir / "work"), self.workdir, bind, str(self.dir / "home"), HOME,
+        ]
+
+    async def _start_init(self) -> None:
+        argv = [
+            *self._bwrap("--bind"), "--chdir", self.workdir, "--info-fd", "{info}",
             "--as-pid-1", "--", *_PID1, str(math.ceil(self.limits.lifetime_s)),
         ]
         r, w = os.pipe()
@@ -189,6 +197,18 @@ class Box:
             "/usr/bin/env", "-i", *env, "/bin/sh", "-c", 'cd "$0" && exec "$@"',
             cwd or self.workdir, *command,
         ]
+
+    def read_only_argv(self, command: list[str], cwd: str | None = None) -> list[str]:
+        """Host argv that runs `command` in a one-shot sandbox beside the box: the same root,
+        namespaces, environment and limits, the box's workdir and home bound read-only, a
+        /tmp of its own, no further user namespaces (where bwrap can forbid them: one would
+        let the process mount over the read-only tree). Every process it starts ends with
+        `command` (bwrap's PID 1 does)."""
+        env = [f"{k}={v}" for k, v in self.env.items()]
+        nproc = [] if os.getuid() == 0 else [  # not root: bwrap itself runs without it
+            "bash", "-c", 'ulimit -u "$0" && exec "$@"', str(self.limits.pids_limit)]
+        return [*self._bwrap("--ro-bind"), *_no_userns(self.bwrap), "--chdir",
+                cwd or self.workdir, "--", "/usr/bin/env", "-i", *env, *nproc, *command]
 
     def _enter(self) -> list[str]:
         """nsenter argv into the box as uid/gid 1000. Root may join the namespaces in any
@@ -287,6 +307,17 @@ class Box:
         if self.outer_ns >= 0:
             os.close(self.outer_ns)
             self.outer_ns = -1
+
+
+@functools.cache
+def _no_userns(bwrap: str) -> tuple[str, ...]:
+    """`--disable-userns` where this bwrap has it (0.8 and later), else nothing."""
+    try:
+        usage = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30,
+                               check=False).stdout
+    except OSError:
+        return ()
+    return ("--disable-userns",) if "--disable-userns" in usage else ()
 
 
 def _exited(pid: int) -> bool:

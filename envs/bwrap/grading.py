@@ -3,7 +3,9 @@
 Each grade starts a box from the task image's cached rootfs (a fresh copy of the workdir: the
 base state), then runs the very same steps (protected paths dropped, model patch, test files
 reset, test patch, tests under `timeout`, log parsed by `envs/gradelog.py`) through a small
-adapter that offers the two container calls those steps use.
+adapter that offers the two container calls those steps use. With `read_only_tests` the tests
+run in a one-shot sandbox beside the box, over the box's files bound read-only
+(`Box.read_only_argv`).
 """
 
 from __future__ import annotations
@@ -42,17 +44,21 @@ class _BoxContainer:
 
 
 def _run_tests(container: _BoxContainer, script: str, budget_s: float, workdir: str,
-               log_cap: int) -> TestRun:
+               log_cap: int, read_only: bool = False) -> TestRun:
     """`_Session`'s test runner for a box: `timeout` kills the tests' process group, the
     streams come back on pipes; what the tests left holding them is killed (`kill -1` inside
-    the box spares only its PID 1); exit status None when even the backstop passed."""
+    the box spares only its PID 1; a read-only run's sandbox ends with its command); exit
+    status None when even the backstop passed. `read_only`: in a one-shot sandbox over the
+    box's files, bound read-only (`Box.read_only_argv`)."""
     cmd = ["timeout", "-k", "5", f"{budget_s:.1f}", "bash", "-c", script]
+    box = container.box
+    argv = box.read_only_argv(cmd, cwd=workdir) if read_only else box.argv(cmd, cwd=workdir)
 
     def kill_rest():
         subprocess.run(container.box.argv(["kill", "-9", "-1"]), stdin=subprocess.DEVNULL,
                        capture_output=True, timeout=30, check=False)
 
-    return run_in_process(container.box.argv(cmd, cwd=workdir), budget_s, log_cap, kill_rest)
+    return run_in_process(argv, budget_s, log_cap, kill_rest)
 
 
 class BwrapGrader(DockerGrader):
@@ -78,6 +84,7 @@ class BwrapGrader(DockerGrader):
         try:
             session = _Session(_BoxContainer(box), task, deadline, self.log_cap_chars,
                                self.config, exec_deadline=_run_tests)
+            session.chmod_read_only = False  # the read-only run binds the files read-only
             return await asyncio.to_thread(session.run, model_patch)
         finally:
             await asyncio.shield(box.close())

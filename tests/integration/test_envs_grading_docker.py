@@ -193,7 +193,7 @@ def test_grading_container_is_locked_down(tasks):
     r = DockerGrader(RUN_ID, timeout_s=60, pids_limit=321).grade_sync(task, task.patch)
     assert r.status == GradeStatus.resolved, r.log[-3000:]
     head = r.log.split(">>>>> Start Test Output", 1)[1].split("=====", 1)[0]
-    assert head.split()[0] == "1000"
+    assert head.split()[0] == "65534"  # not the repository's owner: read-only tests
     assert "CapEff:\t0000000000000000" in head and "NoNewPrivs:\t1" in head
     assert head.split("NoNewPrivs:\t1", 1)[1].split()[0:2] == ["lo", "321"]
 
@@ -211,7 +211,8 @@ def test_fuzz_fallback_never_writes_into_git_dir(tasks, grader):
 
 
 def test_grading_caps_the_size_of_a_file_the_tests_write(tasks):
-    probe = "head -c 3000000 /dev/zero >big; ls -l big; python3 -m pytest -rA -p no:cacheprovider"
+    probe = ("head -c 3000000 /dev/zero >/tmp/big; ls -l /tmp/big; "
+             "python3 -m pytest -rA -p no:cacheprovider")
     task = slug_task(tasks).model_copy(update={"test_cmd": probe})
     r = DockerGrader(RUN_ID, timeout_s=60, max_file_mb=1).grade_sync(task, task.patch)
     assert r.status == GradeStatus.resolved, r.log[-3000:]
