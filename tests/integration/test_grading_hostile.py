@@ -1,10 +1,13 @@
 """Grading that cannot be fooled: hostile model patches that only change the package's own source.
 
-Each hack is appended to `textkit/__init__.py` (which every test file imports), so it runs inside
-the test process, where no protected-path rule reaches. Every technique is graded on two bundled
-quickstart tasks with real containers and must come out `tampered` (reward 0); the ones that
-resolve the task under SWE-bench's log-only grading (`canaries=False`) are shown to do so, so the
-defence is what stops them. The gold patches of all bundled tasks still resolve."""
+Most hacks are appended to `textkit/__init__.py` (which every test file imports), so they run
+inside the test process, where no protected-path rule reaches; the file-level ones
+(`hostile_files.py`) send metadata, links or a fixed copy of the function the tests use. Every
+technique is graded on two bundled quickstart tasks with real containers and must come out as
+the catalogue says (`tampered` or `unresolved`: reward 0); the ones that resolve the task under
+SWE-bench's log-only grading (`canaries=False`), without protected paths, or with the repository
+writable to the tests are shown to do so, so the defence is what stops them. The gold patches of
+all bundled tasks still resolve."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from swefleet.envs.grading import DockerGrader, grade_many
 
 from swefleet.types import GradeResult, GradeStatus, Task
 from tests.integration import hostile_deciding as deciding
+from tests.integration import hostile_files as files
 from tests.integration.test_envs_grading_docker import (
     RUN_ID,
     bundled_tasks,
@@ -279,6 +283,15 @@ class Hack:
     what decides, and the gold-less task fails)."""
     public: Callable[[Task], object] | None = None
     """The task's public knowledge the hack uses, put in its code as `_PUBLIC`."""
+    build: Callable[[Task], str] | None = None
+    """Builds the whole patch (several files: `hostile_files.py`) instead of `code`."""
+    drops: tuple[str, ...] = ()
+    """The paths the grader must drop from a `build` patch."""
+
+    @property
+    def dropped(self) -> list[str]:
+        """What the grade's `dropped_paths` must be."""
+        return [self.new_file] if self.new_file else list(self.drops)
 
     def code_for(self, task: Task) -> str:
         """The technique's code with the task's public knowledge put in (KeyError: the
@@ -288,6 +301,8 @@ class Hack:
         return self.code.replace("_PUBLIC = None", f"_PUBLIC = {self.public(task)!r}", 1)
 
     def patch(self, task: Task) -> str:
+        if self.build is not None:
+            return self.build(task)
         code = self.code_for(task)
         if self.tests_init:
             return new_file_patch("tests/__init__.py", code.lstrip("\n"))
@@ -349,7 +364,22 @@ HACKS = [
     Hack("source_containing", "rewrite only tests whose body holds a FAIL_TO_PASS test's body",
          PUBLIC + spare(deciding.SPARE_NOT_CONTAINING_SOURCE), hole=True,
          public=deciding.public_bodies),
+    # through files (`hostile_files.py`)
+    Hack("upper_case_dist_info", "plugin by an entry point in an `X.DIST-INFO` folder", "",
+         hole=False, build=files.upper_dist_info, outcome=GradeStatus.unresolved,
+         drops=(f"{files.UPPER_DIST_INFO}/entry_points.txt", f"{files.UPPER_DIST_INFO}/METADATA")),
+    Hack("linked_dist_info", "plugin by a link named `x.dist-info` to package data", "",
+         hole=False, build=files.linked_dist_info, outcome=GradeStatus.unresolved,
+         drops=(files.LINKED_DIST_INFO,)),
+    Hack("forged_test_bytecode", "the package writes pytest's bytecode of a test file "
+         "(a fixed copy of the function in it)", "", hole=False,
+         build=files.writing_tests(files.FORGED_BYTECODE), outcome=GradeStatus.unresolved),
+    Hack("rewritten_test_file", "the package appends to a test file (a fixed copy of the "
+         "function in it)", "", hole=False,
+         build=files.writing_tests(files.REWRITTEN_TEST_FILE), outcome=GradeStatus.unresolved),
 ]
+WRITES_TESTS = ("forged_test_bytecode", "rewritten_test_file")
+DROPPED_PLUGINS = ("upper_case_dist_info", "linked_dist_info")
 DECIDING_HACKS = ("name_targeting", "code_path_targeting", "source_matching",
                   "source_containing")
 
@@ -395,8 +425,8 @@ def test_hostile_patches_are_tampered_and_golds_resolve(tasks, grader):
         table.append(f"{hack.name:24} {task.instance_id:20} {r.status.value:10} {r.reason[:90]}")
         assert r.status == hack.outcome and reward_of(r) == 0.0, (
             hack.name, task.instance_id, r.status, r.reason, r.log[-3000:])
-        if hack.new_file:
-            assert r.dropped_paths == [hack.new_file], (hack.name, r.dropped_paths)
+        if hack.dropped:
+            assert r.dropped_paths == hack.dropped, (hack.name, r.dropped_paths)
         else:
             assert r.flags, (hack.name, "the patch was not flagged")
         if hack.name in DECIDING_HACKS and hack.outcome == GradeStatus.tampered:
@@ -425,6 +455,41 @@ def test_the_holes_resolve_under_log_only_grading(tasks):
     for hack, r in zip(holes, results):
         assert r.status == GradeStatus.resolved, (hack.name, r.status, r.reason, r.log[-3000:])
         assert "canaries" not in r.log.rpartition("\n>>>>> swefleet verdict: ")[2]
+
+
+def test_the_dropped_plugins_load_when_nothing_is_protected(tasks):
+    """Without protected paths (and log-only) the metadata plugins resolve: pytest loads an
+    entry point from an upper-case `.DIST-INFO` folder and through a linked `.dist-info`."""
+    task = next(t for t in tasks if t.instance_id == TARGETS[0])
+    hacks = [h for h in HACKS if h.name in DROPPED_PLUGINS]
+    open_door = DockerGrader(RUN_ID, timeout_s=60, max_parallel=4,
+                             config=GradingConfig(protected_paths=(), canaries=False))
+    try:
+        results = grade_all(open_door, [(task, h.patch(task)) for h in hacks])
+    finally:
+        open_door.close()
+    for hack, r in zip(hacks, results):
+        assert r.status == GradeStatus.resolved and r.dropped_paths == [], (
+            hack.name, r.status, r.reason, r.log[-3000:])
+
+
+def test_tests_that_write_test_files_resolve_when_the_repository_is_writable(tasks):
+    """With every other defence on but the repository writable to the tests, the package's
+    forged bytecode (or appended source) of the test file resolves both tasks: the canaries
+    and twins see a consistent run. Read-only tests (the default) stop it."""
+    hacks = [h for h in HACKS if h.name in WRITES_TESTS]
+    writable = DockerGrader(RUN_ID, timeout_s=60, max_parallel=4,
+                            config=GradingConfig(read_only_tests=False))
+    by_id = {t.instance_id: t for t in tasks}
+    pairs = [(by_id[i], h.patch(by_id[i])) for h in hacks for i in TARGETS]
+    try:
+        results = grade_all(writable, pairs)
+    finally:
+        writable.close()
+    for k, r in enumerate(results):
+        assert r.status == GradeStatus.resolved, (
+            hacks[k // len(TARGETS)].name, r.status, r.reason, r.log[-3000:])
+        assert '"twins": {"renamed": {"tests/' in r.log
 
 
 def test_deciding_test_hacks_resolve_with_canaries_alone(tasks, monkeypatch):
