@@ -56,9 +56,12 @@ def hostile_patch(hack: Hack, task: Task) -> str | None:
     """The technique's patch for `task`: the catalogue's own on the quickstart package, else
     its code appended to the gold patch's first source file, the package name and the task's
     public knowledge put in; None when the technique needs knowledge the catalogue lacks for
-    the task (the function a fix changes is known for the quickstart tasks only)."""
+    the task (the function a fix changes is known for the quickstart tasks only), or builds
+    several files of the quickstart package (`hostile_files.py`)."""
     if task.repo.startswith(f"{QUICKSTART_PACKAGE}/"):
         return hack.patch(task)
+    if hack.build is not None:
+        return None
     target = patch_paths(task.patch)[0]
     package = target.split("/")[0].removesuffix(".py")
     try:
