@@ -65,7 +65,17 @@ def owner_labels() -> dict[str, str]:
     }
 
 
+_labelled_runs: set[str] = set()
+
+
+def labelled_runs() -> set[str]:
+    """The run ids this process has labelled containers with (`sandbox_labels`): whose
+    containers an interrupted command removes last (`swefleet.app.interrupt`)."""
+    return set(_labelled_runs)
+
+
 def sandbox_labels(run_id: str, lifetime_s: float, instance_id: str = "") -> dict[str, str]:
+    _labelled_runs.add(run_id)
     now = time.time()
     return {
         LABEL_RUN: run_id,

@@ -503,6 +503,8 @@ class DockerGrader(Grader):
             environment={"PYTHONUNBUFFERED": "1", "GIT_PAGER": "cat"},
         )
         try:
+            if self._closing:  # closed while it was made: the shutdown's sweep may have missed it
+                raise InfraError("grader is shutting down")
             container.start()
             tests_user = run.user if run.how == "image" else READ_ONLY_USER
             session = _Session(container, task, deadline, self.log_cap_chars, self.config,

@@ -100,6 +100,12 @@ class TrainerProcess(subprocess.Popen):
         self.finished = finished
 
 
+INTERRUPTED_STOP_S = 2.0
+"""How long the trainer of an interrupted (or failed) run may take to stop on SIGTERM before
+SIGKILL: a step killed midway is lost, the checkpoints already written are whole (a resumed run
+goes on from the newest)."""
+
+
 def stop_trainer(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
     """Stop the trainer: its process group gets SIGTERM (torchrun passes it on to its ranks;
     each finishes its step), SIGKILL after `timeout_s` (torchrun's ranks die with it). A trainer

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -281,6 +282,15 @@ class Box:
 
     def alive(self) -> bool:
         return self.init is not None and self.init.returncode is None and not self.closed
+
+    def kill(self) -> None:
+        """Kill the box now, from any thread: bwrap, and with it PID 1 (`--die-with-parent`)
+        and the whole namespace; `close` still reaps and removes the copies."""
+        if self.init is not None and self.init.returncode is None:
+            try:
+                os.kill(self.init.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     async def close(self) -> None:
         """Kill PID 1 (the kernel then kills the whole namespace), reap, remove the copies."""

@@ -19,6 +19,7 @@ from swefleet.envs.bwrap.box import Box
 from swefleet.envs.bwrap.rootfs import ensure_rootfs
 from swefleet.envs.config import BwrapConfig, SandboxLimits
 from swefleet.envs.grading import DockerGrader, _Session
+from swefleet.envs.protocol import InfraError
 from swefleet.envs.testrun import TestRun, run_in_process
 
 from swefleet.types import Task
@@ -69,10 +70,20 @@ class BwrapGrader(DockerGrader):
         """`bwrap`: the backend's settings; `limits`: the box's limits (memory, pids, file
         size; default `SandboxLimits()`); other arguments as `DockerGrader`'s."""
         super().__init__(run_id, timeout_s, **kwargs)
+        self._boxes: dict[int, Box] = {}
+        """The boxes of the grades running now, by id (`close(abandon=True)` kills them)."""
         self.bwrap = bwrap or BwrapConfig()
         base = limits or SandboxLimits()
         self.limits = base.model_copy(update={"lifetime_s": timeout_s + 300,
                                               "max_file_mb": self.max_file_mb})
+
+    def close(self, *, abandon: bool = False) -> None:
+        """As `DockerGrader.close`; with `abandon` the grades running now end at once (their
+        boxes killed: a box is a process tree of this process, nothing else would end it)."""
+        super().close(abandon=abandon)
+        if abandon:
+            for box in list(self._boxes.values()):
+                box.kill()
 
     def _run(self, task: Task, model_patch: str, deadline: float) -> str:
         return asyncio.run(self._run_in_box(task, model_patch, deadline))
@@ -82,9 +93,13 @@ class BwrapGrader(DockerGrader):
         name = f"grade-{self.run_id}-{task.instance_id}-{uuid.uuid4().hex[:8]}".replace("/", "_")
         box = await Box.start(entry, task.workdir, self.limits, self.bwrap, _GRADE_ENV, name)
         try:
+            self._boxes[id(box)] = box
+            if self._closing:  # abandoned while the box started
+                raise InfraError("grader is shutting down")
             session = _Session(_BoxContainer(box), task, deadline, self.log_cap_chars,
                                self.config, exec_deadline=_run_tests)
             session.chmod_read_only = False  # the read-only run binds the files read-only
             return await asyncio.to_thread(session.run, model_patch)
         finally:
+            self._boxes.pop(id(box), None)
             await asyncio.shield(box.close())

@@ -41,13 +41,17 @@ def rl_command(config: Path, out_dir: Path, steps: int, sets: list[str]) -> list
 
 
 def run_subprocess(cmd: list[str], log_path: Path) -> int:
+    from swefleet.app.interrupt import signal_name
+
     with log_path.open("ab") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
         try:
             return proc.wait()
-        except KeyboardInterrupt:  # the child got the same SIGINT: let it clean up
+        except KeyboardInterrupt:  # let the run clean up (Ctrl-C reached it too; SIGTERM not)
+            if signal_name() == "SIGTERM":
+                proc.terminate()
             try:
-                proc.wait(120)
+                proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -436,16 +436,21 @@ def _add_models_parsers(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from swefleet.app import interrupt
     from swefleet.app.logs import configure_logging
 
+    interrupt.install()  # SIGTERM as Ctrl-C: one line, exit 130/143, nothing left running
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
+    words = getattr(args, "words", args.cmd)
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as e:  # bad input: say what and where, no traceback
         if args.verbose:
             raise
-        return flags.fail(getattr(args, "words", args.cmd), str(e))
+        return flags.fail(words, str(e))
+    except KeyboardInterrupt:
+        return interrupt.stopped(words)
 
 
 if __name__ == "__main__":

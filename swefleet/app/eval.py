@@ -210,6 +210,7 @@ async def _eval(cfg, args, tasks: list[Task], layout: _Layout, run_id: str) -> N
     try:
         await policy.guard(asyncio.gather(*(one(t, a) for t, a in todo)))
     finally:
+        grader.close(abandon=True)  # (interrupted: no grade starts after this)
         progress.close()
         await policy.aclose()
 

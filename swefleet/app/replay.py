@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import logging
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -95,11 +94,9 @@ def _continue_cli(run: ReplayRun, traj: Trajectory, restorer, args: argparse.Nam
 
 
 def _interruptible(coro) -> int:
-    try:
-        return asyncio.run(coro)
-    except KeyboardInterrupt:  # asyncio.run cancelled the work: the sandbox is gone by now
-        print("swefleet replay: interrupted; the sandbox was removed", file=sys.stderr)
-        return 130
+    """`coro`'s exit code; Ctrl-C or SIGTERM cancel it (its sandbox removed on the way), then
+    the command ends with one line (`swefleet.app.interrupt`)."""
+    return asyncio.run(coro)
 
 
 def _farm(run: ReplayRun, backend: str):

@@ -2,8 +2,9 @@
 
 Order: run dir + resolved config -> images -> tasks -> model -> inference fleet (the topology's
 servers, supervised: `swefleet/app/servers.py`) -> trainer process -> farm/grader -> RL loop ->
-summary. On Ctrl-C, a crash or normal exit: in-flight episodes are cancelled, the run's
-containers removed (environment `swe`), the servers and trainer stopped.
+summary. On Ctrl-C or SIGTERM, a crash or normal exit: in-flight episodes are cancelled, the
+run's containers removed (environment `swe`), the servers and trainer stopped; the entry point
+then prints the one line of an interrupted command (`swefleet.app.interrupt`).
 """
 
 from __future__ import annotations
@@ -59,11 +60,8 @@ def run_rl(cfg: RunConfig, restart: bool = False) -> int:
     from swefleet.inference.supervisor import NoServersLeft
     from swefleet.orchestrator.loop import RunAborted
 
-    try:
+    try:  # Ctrl-C or SIGTERM (`swefleet.app.interrupt`): cancelled, cleaned up, re-raised
         return asyncio.run(_run(cfg, run_dir, run_id))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log.warning("interrupted: in-flight episodes cancelled, containers and processes stopped")
-        return 130
     except (RunAborted, NoServersLeft) as e:
         log.error("run aborted: %s\nstart the same command again to resume from %s", e, out)
         return 1
@@ -176,6 +174,7 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
     )
     from swefleet.orchestrator.summary import print_step, print_summary
     from swefleet.orchestrator.trainer_proc import (
+        INTERRUPTED_STOP_S,
         TrainerMetricsTail,
         start_trainer,
         stop_trainer,
@@ -212,7 +211,8 @@ async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
         trainer = start_trainer(cfg.trainer, cfg.orchestrator.steps, run_dir, model_dir,
                                 await weight_sync_job(cfg.inference, cfg.trainer.device,
                                                       fleet, run_dir))
-        stack.callback(stop_trainer, trainer)
+        # a run that ends gives the trainer 20 s to finish its step, an interrupted one 2 s
+        stack.push(lambda *exc: stop_trainer(trainer, INTERRUPTED_STOP_S if exc[0] else 20.0))
         trainer_metrics = TrainerMetricsTail(run_dir)
         if resume.version:
             await supervisor.update_weights(resume.version, run_dir.weights_path(resume.version))
@@ -326,14 +326,9 @@ def _gold_canary(cfg: RunConfig, run_id: str, stack, step_metrics: list | None):
 
 
 def _install_signal_handlers() -> None:
-    """Ctrl-C (SIGINT) and SIGTERM cancel the run so cleanup runs — SIGINT explicitly, since a
-    process started in the background by a non-interactive shell inherits it as ignored; SIGUSR1
-    logs every task's stack (what is the run waiting for?)."""
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, main.cancel)
-    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
+    """SIGUSR1 logs every task's stack (what is the run waiting for?). (Ctrl-C and SIGTERM
+    cancel the run's main task: `swefleet.app.interrupt`, installed by the entry point.)"""
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks)
 
 
 def _dump_tasks() -> None:

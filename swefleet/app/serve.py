@@ -13,15 +13,9 @@ or 143 with one line.
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
 from pathlib import Path
 
 from swefleet.app import flags
-
-
-class Terminated(Exception):
-    """SIGTERM arrived: stop serving (raised by the handler `serve_cli` installs)."""
 
 
 def add_serve_parser(sub, handler) -> None:
@@ -93,19 +87,12 @@ def serve_cli(args: argparse.Namespace) -> int:
                               device=_device(args.device), dtype=args.dtype,
                               max_batch_size=args.max_batch_size, served_model_names=names)
     name = names[0] if names else model_dir.name
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        _run(settings, lambda port: print(
-            f"swefleet serve: {name} at {url(args.host, port)} (OpenAI-compatible: "
-            "/v1/completions, /v1/chat/completions, /v1/models); Ctrl-C stops", flush=True))
-    except KeyboardInterrupt:
-        print("swefleet serve: stopped (Ctrl-C)", file=sys.stderr)
-        return 130
-    except Terminated:
-        print("swefleet serve: stopped (SIGTERM)", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # uvicorn catches SIGINT and SIGTERM while it serves, shuts down gracefully (the engine is
+    # shut down on the way) and raises the signal again: the command then ends as any does on
+    # Ctrl-C or SIGTERM (`swefleet.app.interrupt`: one line, exit 130 or 143)
+    _run(settings, lambda port: print(
+        f"swefleet serve: {name} at {url(args.host, port)} (OpenAI-compatible: "
+        "/v1/completions, /v1/chat/completions, /v1/models); Ctrl-C stops", flush=True))
     return 0
 
 
@@ -121,10 +108,3 @@ def _device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _raise_terminated(signum: int, frame) -> None:
-    """uvicorn catches SIGTERM while it serves, shuts down gracefully and raises it again: this
-    handler then ends the command the way Ctrl-C does (the engine is shut down on the way)."""
-    raise Terminated
-

@@ -182,7 +182,12 @@ def _write_batches(cfg: RunConfig, run_dir: RunDir, samples: list[dict]) -> None
 
 def _train(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> None:
     """The trainer process on the SFT batches, its progress shown until it exits."""
-    from swefleet.orchestrator.trainer_proc import trainer_command, trainer_env
+    from swefleet.orchestrator.trainer_proc import (
+        INTERRUPTED_STOP_S,
+        stop_trainer,
+        trainer_command,
+        trainer_env,
+    )
     from swefleet.procs import die_with_parent
 
     trainer = cfg.trainer.model_copy(update={"loss": "sft", "lr": cfg.sft.lr,
@@ -200,10 +205,8 @@ def _train(cfg: RunConfig, run_dir: RunDir, model_dir: Path) -> None:
                                 preexec_fn=die_with_parent)  # noqa: PLW1509 - no thread yet
         try:
             _follow(proc, run_dir, cfg.sft.steps)
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(30)
+        finally:  # (still running: interrupted, or the progress display failed)
+            stop_trainer(proc, INTERRUPTED_STOP_S)
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"SFT trainer exited with code {proc.returncode}:\n{tail}")

@@ -37,7 +37,7 @@ def _start(model_dir: Path, port: int) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize("stop,code,word", [(signal.SIGTERM, 143, "SIGTERM"),
-                                            (signal.SIGINT, 130, "Ctrl-C")])
+                                            (signal.SIGINT, 130, "SIGINT")])
 def test_serves_openai_requests_until_a_signal(model_dir, stop, code, word):
     port = _free_port()
     proc = _start(model_dir, port)
@@ -69,7 +69,7 @@ def test_serves_openai_requests_until_a_signal(model_dir, stop, code, word):
             proc.wait()
     err = proc.stderr.read()
     assert rc == code and took < 30
-    assert err.rstrip().splitlines()[-1] == f"swefleet serve: stopped ({word})", err
+    assert err.rstrip().splitlines()[-1] == f"swefleet serve: interrupted ({word})", err
     assert "Traceback" not in err
     with pytest.raises(httpx.ConnectError):  # the port is free again
         httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False, timeout=2)

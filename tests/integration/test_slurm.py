@@ -186,4 +186,4 @@ def test_scancel_stops_every_role_and_removes_the_containers(slurm_env, tiny, tm
     assert _run_containers(name) == []
     assert "interrupted" in (run / "logs/head.log").read_text(), _tail(run / "logs/head.log")
     script_log = (run / "logs" / f"slurm-{job}.out").read_text()
-    assert "stopping the run" in script_log and "done, exit code 130" in script_log, script_log
+    assert "stopping the run" in script_log and "done, exit code 143" in script_log, script_log

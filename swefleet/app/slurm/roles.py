@@ -121,9 +121,15 @@ def _healthy(http, url: str) -> bool:
 
 
 def head(cfg: RunConfig, hosts: list[str]) -> int:
+    """`swefleet rl`, and as it does on scancel's SIGTERM: cleaned up, one line, exit 143."""
+    from swefleet.app import interrupt
     from swefleet.app.rl import run_rl
 
-    return run_rl(layout.head_config(cfg, hosts))
+    interrupt.install()
+    try:
+        return run_rl(layout.head_config(cfg, hosts))
+    except KeyboardInterrupt:
+        return interrupt.stopped("rl")
 
 
 def main(argv: list[str] | None = None) -> int:
