@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from swefleet.envs import safe_ast
-from swefleet.envs.synth.repro import SCRIPT_PATH, reproduction_in, save_and_run
+from swefleet.envs.synth.repro import (
+    SCRIPT_PATH,
+    heredoc_delimiter,
+    reproduction_in,
+    save_and_run,
+)
 
 from swefleet.types import Task
 
@@ -449,9 +454,7 @@ def reproduction_commands(statement: str) -> dict[str, str]:
 
 
 def python_heredoc(script: str) -> str:
-    delim = "EOF"
-    while delim in script.splitlines():
-        delim += "_"
+    delim = heredoc_delimiter(script)
     return f"python3 - <<'{delim}'\n{script}\n{delim}"
 
 

@@ -33,12 +33,23 @@ SECTION = (f"To reproduce, save this script as `{SCRIPT_PATH}` and run `python3 
 """The line that opens the reproduction section of an issue (the expert finds it by this)."""
 
 
+def heredoc_delimiter(text: str) -> str:
+    """`EOF`, lengthened until no line of `text` equals it."""
+    delim = "EOF"
+    while delim in text.splitlines():
+        delim += "_"
+    return delim
+
+
 def save_and_run(script: str) -> str:
     """The shell command that saves `script` where the issue says and runs it."""
-    delim = "EOF"
-    while delim in script.splitlines():
-        delim += "_"
+    delim = heredoc_delimiter(script)
     return f"cat > {SCRIPT_PATH} <<'{delim}'\n{script.rstrip()}\n{delim}\npython3 {SCRIPT_PATH}"
+
+
+def statement_with(statement: str, script: str) -> str:
+    """`statement` with `script` as its reproduction section ('' : without one)."""
+    return with_reproduction(statement, script) if script else without_reproduction(statement)
 _TESTISH = re.compile(r"\b(test_\w+|Test\w+|\w+_test)\b")
 
 

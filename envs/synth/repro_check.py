@@ -108,21 +108,17 @@ async def find_reproductions(tasks: list[Task], config, concurrency: int = 2) ->
 def with_found(task: Task, found: Found) -> Task:
     """`task` with its reproduction (statement section + `reproduction` field); a task with
     none loses any section it had, so the statement never shows an unchecked script."""
-    from swefleet.envs.synth.repro import with_reproduction, without_reproduction
+    from swefleet.envs.synth.repro import statement_with
 
-    statement = task.problem_statement
-    if found.script:
-        statement = with_reproduction(statement, found.script)
-    else:
-        statement = without_reproduction(statement)
-    return task.model_copy(update={"problem_statement": statement,
-                                   "reproduction": found.script})
+    return task.model_copy(update={
+        "problem_statement": statement_with(task.problem_statement, found.script),
+        "reproduction": found.script})
 
 
 def update_records(records: list[dict], found: list[Found]) -> int:
     """Write each `found` into the record of its task (statement and `reproduction`), in
     place; returns how many records changed."""
-    from swefleet.envs.synth.repro import with_reproduction, without_reproduction
+    from swefleet.envs.synth.repro import statement_with
 
     by_id = {f.instance_id: f for f in found}
     changed = 0
@@ -131,9 +127,7 @@ def update_records(records: list[dict], found: list[Found]) -> int:
         if f is None:
             continue
         before = (record.get("problem_statement", ""), record.get("reproduction", ""))
-        statement = without_reproduction(before[0])
-        record["problem_statement"] = with_reproduction(statement, f.script) if f.script \
-            else statement
+        record["problem_statement"] = statement_with(before[0], f.script)
         record["reproduction"] = f.script
         changed += before != (record["problem_statement"], record["reproduction"])
     return changed
