@@ -26,6 +26,8 @@ from typing import Any
 from swefleet.agents.expert import ExpertPlan, ReasonedError, issue_title, python_heredoc
 from swefleet.agents.protocol import ChatTokenizer
 from swefleet.agents.scaffolds.bash import SUBMIT_SENTINEL
+from swefleet.agents.scaffolds.tools import trace_command
+from swefleet.envs.synth.repro import SCRIPT_PATH
 from swefleet.inference.protocol import Completion
 
 from swefleet.types import Task
@@ -49,15 +51,17 @@ class Step:
 
     thought: str
     tool: str
-    """`bash`, `view`, `str_replace` or `submit` (the `tools` scaffold's names)."""
+    """`bash`, `view`, `str_replace`, `trace` or `submit` (the `tools` scaffold's names)."""
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
 Dialogue = Generator[Step, str, None]
 
 
-def expert_steps(plan: ExpertPlan, task: Task) -> Dialogue:
-    """The expert's replies; `send` each observation to get the next one."""
+def expert_steps(plan: ExpertPlan, task: Task, trace: bool = False) -> Dialogue:
+    """The expert's replies; `send` each observation to get the next one. With `trace` (the
+    scaffold has the `trace` tool) the expert finds the function in the call tree of the issue's
+    reproduction script, and with `grep` only when the tree does not show it."""
     title = issue_title(task.problem_statement)
     lead = f"The issue: {title}. " if title else ""
     obs = yield Step(f"{lead}First I run the tests for this part of the code to see where "
@@ -67,10 +71,18 @@ def expert_steps(plan: ExpertPlan, task: Task) -> Dialogue:
         obs = yield Step(f"{said} Let me run the example from the issue.", "bash",
                          {"command": plan.reproduction_run})
         said = _example_said(obs)
-    obs = yield Step(f"{said} {_find_sentence(plan)}", "bash", {"command": plan.grep})
-    if not _grep_found(obs, plan):
-        raise ExpertAbort("grep_missed", f"`{plan.grep}` did not show {plan.file}")
+    found = ""
+    if trace and plan.function and plan.reproduction_rerun == f"python3 {SCRIPT_PATH}":
+        obs = yield Step(f"{said} Let me trace the reproduction to see which functions of the "
+                         "repository it calls.", "trace", {"script": SCRIPT_PATH})
+        found = _traced(obs, plan)
+    if not found:
+        obs = yield Step(f"{said} {_find_sentence(plan)}", "bash", {"command": plan.grep})
+        if not _grep_found(obs, plan):
+            raise ExpertAbort("grep_missed", f"`{plan.grep}` did not show {plan.file}")
     where = f"`{plan.function}` is" if plan.function else "The code is"
+    if found:
+        where = f"Of the calls, `{plan.function}` computes what the issue reports; it is"
     read = "let me read it."
     if plan.def_line and plan.view_range[0] > plan.def_line:
         read = f"it is long, so let me read the part from line {plan.view_range[0]}."
@@ -144,6 +156,13 @@ def _exit_code(obs: str) -> int | None:
     return int(m.group(1)) if m and m.group(1) != "none" else None
 
 
+def _traced(obs: str, plan: ExpertPlan) -> str:
+    """The call-tree line that shows the plan's function, '' when the trace does not."""
+    needle = f"{plan.function}  ({plan.file}:"
+    return next((line.strip() for line in obs.splitlines() if line.lstrip().startswith(needle)),
+                "")
+
+
 def _grep_found(obs: str, plan: ExpertPlan) -> bool:
     return _exit_code(obs) == 0 and (plan.file in obs or plan.grep.split()[-1] == plan.file)
 
@@ -186,6 +205,8 @@ def _bash_command(step: Step) -> str:
                   "path.write_bytes(text.replace(old, new).encode())\n"
                   "print('edited', path)")
         return python_heredoc(script)
+    if step.tool == "trace":
+        return trace_command(args["script"])
     if step.tool == "submit":
         return f"echo {SUBMIT_SENTINEL}"
     raise ValueError(f"unknown tool {step.tool!r}")

@@ -93,7 +93,8 @@ async def expert_demonstration(task: Task, farm: Farm, grader: Grader, tokenizer
         except ExpertSkip as skip:
             return Demonstration(task.instance_id, skip.reason, str(skip),
                                  seconds=time.monotonic() - start)
-        model = ExpertModel(tokenizer, expert_steps(plan, task), agent.scaffold)
+        model = ExpertModel(tokenizer, expert_steps(plan, task, trace=agent.scaffold == "tools"),
+                             agent.scaffold)
         traj = await run_episode(task, sandbox, model, tokenizer, agent,
                                  episode_id=f"expert-{uuid.uuid4().hex[:8]}")
         traj.image_user = getattr(sandbox, "image_user", "")

@@ -48,6 +48,10 @@ class StrReplaceArgs(_Arguments):
     new_str: str
 
 
+class TraceArgs(_Arguments):
+    script: str = Field(min_length=1)
+
+
 class SubmitArgs(_Arguments):
     pass
 
@@ -57,6 +61,7 @@ ARGUMENTS: dict[str, type[_Arguments]] = {
     "bash": BashArgs,
     "view": ViewArgs,
     "str_replace": StrReplaceArgs,
+    "trace": TraceArgs,
     "submit": SubmitArgs,
 }
 
@@ -91,7 +96,7 @@ def tool_action(call: object) -> Action:
         raise FormatError(f"bad arguments for {name}: {_errors(exc)}") from None
     if name == "bash" and not arguments["command"].strip():
         raise FormatError("bad arguments for bash: command is empty")
-    if "\0" in arguments.get("path", ""):  # no file has one; the sandbox would fail, not the model
+    if "\0" in arguments.get("path", "") + arguments.get("script", ""):  # no file has one; the sandbox would fail, not the model
         raise FormatError(f"bad arguments for {name}: path contains a NUL character")
     return Action(
         tool=name,

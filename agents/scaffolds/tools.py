@@ -1,16 +1,21 @@
-"""Tool-calling scaffold (Qwen3 format): tools `bash`, `view`, `str_replace`, `submit`.
+"""Tool-calling scaffold (Qwen3 format): tools `bash`, `view`, `str_replace`, `trace`, `submit`.
 
 The system prompt lists the OpenAI tool schemas inside `<tools>` exactly as Qwen3's chat
 template renders them; the model answers with one `<tool_call>{json}</tool_call>`; the result
 comes back as a user turn `<tool_response>\\n...\\n</tool_response>` (what Qwen3's template
 renders for a `tool` message). `view` / `str_replace` use the sandbox's `read_file` /
-`write_file` (`agents.scaffolds.files`); `submit` ends the episode, the submission is the
-sandbox's `git diff`.
+`write_file` (`agents.scaffolds.files`); `trace` runs a Python script under
+`agents/scaffolds/call_tree.py` (fed to the sandbox's `python3 -`), which prints the script's
+output and the tree of the repository's functions it called; `submit` ends the episode, the
+submission is the sandbox's `git diff`.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+from functools import cache
+from pathlib import Path
 
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.prompts import render, truncate_middle
@@ -45,8 +50,9 @@ class ToolScaffold:
         return parse_tool_call(text)
 
     async def execute(self, action: Action, sandbox: Sandbox, timeout_s: float) -> Observation:
-        if action.tool == "bash":
-            result = await sandbox.run(action.command, timeout_s=timeout_s)
+        if action.tool in ("bash", "trace"):
+            command = action.command or trace_command(action.arguments["script"])
+            result = await sandbox.run(command, timeout_s=timeout_s)
             content, elided = render_command_result(result, self.config.observation_max_chars)
             return Observation(
                 text=_response(content),
@@ -83,6 +89,19 @@ class ToolScaffold:
     def _numbered(self, template: str, view: NumberedText) -> tuple[str, int]:
         text, elided = truncate_middle(view.text, self.config.observation_max_chars)
         return render(template, view=view, text=text, elided_chars=elided), elided
+
+
+@cache
+def _call_tree_source() -> str:
+    return (Path(__file__).with_name("call_tree.py")).read_text(encoding="utf-8")
+
+
+def trace_command(script: str) -> str:
+    """The shell command behind the `trace` tool: `script` run under the call-tree tracer."""
+    source = _call_tree_source()
+    delim = "SWEFLEET_CALL_TREE"
+    assert delim not in source
+    return f"python3 - {shlex.quote(script)} <<'{delim}'\n{source.rstrip()}\n{delim}"
 
 
 def _response(content: str) -> str:

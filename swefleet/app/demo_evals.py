@@ -31,20 +31,29 @@ def eval_done(cfg, out: Path, stage: str) -> bool:
 
 
 def run_stage_eval(cfg, args: argparse.Namespace, out: Path, stage: str, model: str) -> int:
-    """`swefleet eval --agent model` of `model` on `[final_eval]`'s split and k, with the demo's
-    config and `--set`s, into `eval_dir(cfg, out, stage)`."""
+    """`swefleet eval` of `model` as `stage_eval_argv` says."""
     from swefleet.app.eval import run_eval_cli
     from swefleet.app.eval_args import parse_eval_args
 
+    return run_eval_cli(parse_eval_args(stage_eval_argv(cfg, args, out, stage, model)))
+
+
+def stage_eval_argv(cfg, args: argparse.Namespace, out: Path, stage: str, model: str) -> list[str]:
+    """`swefleet eval --agent model` arguments for `model` on `[final_eval]`'s split, k and
+    sampling settings, with the demo's config and `--set`s, into `eval_dir(cfg, out, stage)`."""
     if not model:
         raise ValueError(f"demo eval '{stage}': no checkpoint to evaluate (set [model] path or "
                          "name, or turn final_eval.base off)")
     argv = ["--agent", "model", "--model", str(model), "--tasks", cfg.tasks.path,
             "--split", cfg.final_eval.split, "-k", str(cfg.final_eval.k),
             "--config", args.config, "--output-dir", str(eval_dir(cfg, out, stage))]
+    for key in ("temperature", "top_p"):
+        value = getattr(cfg.final_eval, key)
+        if value is not None:  # before the user's own --set, which wins
+            argv += ["--set", f"inference.{key}={value}"]
     for item in args.set:
         argv += ["--set", item]
-    return run_eval_cli(parse_eval_args(argv))
+    return argv
 
 
 def stage_reports(cfg, out: Path) -> dict[str, dict]:

@@ -63,3 +63,9 @@ class FinalEvalConfig(BaseModel):
     after_sft: bool = False
     """Also evaluate the SFT checkpoint before RL starts (`eval-<split>-sft/`), so that RL's own
     gain is measured against SFT alone."""
+    temperature: float | None = Field(None, ge=0)
+    """Sampling temperature of these evals; None: `[inference] temperature` (what RL samples
+    with). A model's published sampling settings (Qwen2.5-Coder-Instruct: 0.7, top-p 0.8) suit
+    an eval; RL keeps 1.0 so that its sampling logprobs are the trainer's."""
+    top_p: float | None = Field(None, gt=0, le=1)
+    """Nucleus sampling mass of these evals; None: `[inference] top_p`."""

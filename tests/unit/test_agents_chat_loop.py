@@ -70,7 +70,7 @@ async def test_tools_scaffold_uses_native_tool_calls(tmp_path):
     traj, requests = await play(tmp_path, script, scaffold="tools")
     assert traj.status == EpisodeStatus.unresolved and "hello" in traj.model_patch
     body = requests[2]["body"]
-    assert [t["function"]["name"] for t in body["tools"]] == ["bash", "view", "str_replace",
+    assert [t["function"]["name"] for t in body["tools"]] == ["bash", "view", "str_replace", "trace",
                                                              "submit"]
     assert "<tools>" not in body["messages"][0]["content"]  # the endpoint renders the tools
     answer = body["messages"][-1]

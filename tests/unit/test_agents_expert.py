@@ -18,11 +18,13 @@ from swefleet.agents.expert import (
     changed_tokens,
     parse_hunks,
     plan_demonstration,
+    reproduction_commands,
     reproduction_script,
 )
 from swefleet.agents.expert_dialogue import ExpertAbort, expert_steps, render_step
 from swefleet.agents.expert_run import expert_demonstrations, summary
 from swefleet.agents.scaffolds import BashScaffold, ToolScaffold
+from swefleet.envs.synth.repro import with_reproduction
 from swefleet.envs.tasks import load_tasks
 
 from swefleet.types import EpisodeStatus, GradeCause, GradeResult, GradeStatus, Task
@@ -312,3 +314,45 @@ def test_str_replace_that_finds_nothing_says_why(old_str, hint):
     from swefleet.agents.scaffolds.files import not_found_hint
 
     assert not_found_hint(CALC.encode(), old_str).startswith(hint)
+
+
+# ---------------------------------------------------------------- the trace tool
+
+
+def _plan_with_reproduction():
+    task = _task()
+    script = "from calc.core import clamp\nassert clamp(5, 0, 3) == 3\n"
+    task = task.model_copy(update={"problem_statement":
+                                   with_reproduction(task.problem_statement, script)})
+    plan = plan_demonstration(task, _files(), REPO_FILES)
+    assert plan.reproduction_rerun == reproduction_commands(task.problem_statement)[
+        "reproduction_rerun"] == "python3 /tmp/repro.py"
+    return plan, task
+
+
+@pytest.mark.parametrize("shown", [True, False])
+def test_the_expert_finds_the_function_in_the_trace_else_greps(shown):
+    plan, task = _plan_with_reproduction()
+    dialogue = expert_steps(plan, task, trace=True)
+    tests = next(dialogue)
+    repro = dialogue.send("<returncode>0</returncode>\n<output>\n3 passed\n</output>")
+    assert repro.tool == "bash" and repro.arguments["command"].startswith("cat > /tmp/repro.py")
+    step = dialogue.send("<returncode>1</returncode>\n<output>\nAssertionError\n</output>")
+    assert step.tool == "trace" and step.arguments == {"script": "/tmp/repro.py"}
+    assert "python3 - /tmp/repro.py <<'SWEFLEET_CALL_TREE'" in render_step(step, "bash")
+    line = f"clamp  ({plan.file}:{plan.def_line})" if shown else "other  (calc/x.py:1)"
+    step = dialogue.send(f"<returncode>1</returncode>\n<output>\n--- calls\n{line}\n</output>")
+    if shown:
+        assert step.tool == "view" and step.thought.startswith("Of the calls, `clamp` computes")
+    else:
+        assert step.tool == "bash" and step.arguments["command"] == plan.grep
+    assert tests.tool == "bash"
+
+
+def test_without_the_tool_the_expert_greps():
+    plan, task = _plan_with_reproduction()
+    dialogue = expert_steps(plan, task)
+    next(dialogue)
+    dialogue.send("<returncode>0</returncode>\n<output>\n3 passed\n</output>")
+    step = dialogue.send("<returncode>1</returncode>\n<output>\nAssertionError\n</output>")
+    assert step.tool == "bash" and step.arguments["command"] == plan.grep

@@ -51,7 +51,7 @@ def sandbox(tmp_path) -> LocalShellSandbox:
 
 def test_schemas_and_argument_models_agree():
     schemas = {s["function"]["name"]: s for s in tool_schemas()}
-    assert list(schemas) == list(ARGUMENTS) == ["bash", "view", "str_replace", "submit"]
+    assert list(schemas) == list(ARGUMENTS) == ["bash", "view", "str_replace", "trace", "submit"]
     for name, schema in schemas.items():
         assert schema["type"] == "function" and schema["function"]["description"]
         params = schema["function"]["parameters"]
@@ -150,7 +150,7 @@ def test_action_describe_records_command_or_call():
 def test_format_error_text(scaffold):
     text = scaffold.format_error(FormatError("no <tool_call> found"), "length")
     assert text.startswith("Format error: no <tool_call> found") and "token limit" in text
-    assert "bash, view, str_replace, submit" in text
+    assert "bash, view, str_replace, trace, submit" in text
 
 
 # ---------------------------------------------------------------- file tools

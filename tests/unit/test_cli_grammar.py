@@ -4,6 +4,7 @@ spellings parsed but hidden, each default shown once, usage errors as one line (
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import re
@@ -16,6 +17,7 @@ import pytest
 from swefleet.app import flags
 from swefleet.app.cli import build_parser, main, subparsers
 from swefleet.app.config import RunConfig, load_config
+from swefleet.app.demo_evals import stage_eval_argv
 from swefleet.app.eval_args import parse_eval_args
 from swefleet.app.logs import NOISY_LOGGERS, QUIET_ENV, configure_logging
 from swefleet.app.overrides import dotted_keys
@@ -185,3 +187,19 @@ def test_running_servers_need_only_the_models_tokenizer(tmp_path):
     external.write_text('[inference]\nkind = "external"\nservers = ["http://127.0.0.1:1"]\n')
     assert parse_eval_args([*argv, "--config", str(external)]).model == str(tok)
     assert not (tmp_path / "o").exists()
+
+
+def test_demo_evals_sample_with_final_eval_settings_and_user_sets_win(tmp_path):
+    cfg = load_config("", ["final_eval.split=heldout", "final_eval.temperature=0.7",
+                           "final_eval.top_p=0.8"])
+    args = argparse.Namespace(config="", set=["inference.top_p=0.95"])
+    argv = stage_eval_argv(cfg, args, tmp_path, "sft", "MODEL")
+    sets = [argv[i + 1] for i, word in enumerate(argv) if word == "--set"]
+    eval_cfg = load_config("", sets)
+    assert eval_cfg.inference.temperature == 0.7 and eval_cfg.inference.top_p == 0.95
+    assert argv[argv.index("--output-dir") + 1] == str(tmp_path / "eval-heldout-sft")
+    plain = stage_eval_argv(load_config("", ["final_eval.split=heldout"]), args, tmp_path, "rl",
+                            "MODEL")
+    assert "inference.temperature=0.7" not in plain
+    with pytest.raises(ValueError, match="no checkpoint to evaluate"):
+        stage_eval_argv(cfg, args, tmp_path, "base", "")
