@@ -132,8 +132,9 @@ class RLLoop:
 
     def _append(self, path: Path, record) -> Future | None:
         """Append a record to a run file: handed to the journal (in order; the future resolves
-        once it is durable), or inline (`inline_writes`, or after `run` has ended)."""
-        if self.inline_writes or self.journal is None:
+        once it is durable), or inline (`inline_writes`, or after `run` has ended or the journal
+        was closed under it: an episode that ends during a shutdown is still saved)."""
+        if self.inline_writes or self.journal is None or self.journal.closed:
             append_jsonl(path, record)
             return None
         return self.journal.append(path, record)

@@ -98,6 +98,11 @@ class Journal:
         """`append` and wait (without blocking the loop) until the line is durable."""
         await asyncio.wrap_future(self.append(path, record))
 
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called: `append` refuses from then on."""
+        return self._closed
+
     async def flush(self) -> None:
         """Wait until everything handed over so far is durable (raises a write's error)."""
         marker: concurrent.futures.Future = concurrent.futures.Future()

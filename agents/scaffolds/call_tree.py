@@ -7,7 +7,8 @@ prints its traceback if it raised, and then the calls into the repository's own 
 distinct call path, in the order first called, indented by depth, with the file, the `def` line
 and how many times that path ran. Test files, module and class bodies, calls made while a module
 is imported, comprehensions and lambdas are left out; the tree stops at `MAX_DEPTH` levels and
-`MAX_LINES` lines. The exit code is the script's.
+`MAX_LINES` lines. The exit code is the script's (2, with a line saying how to save it, when there
+is no such file).
 
 It is how the `trace` tool of the tools scaffold finds the code behind a wrong result: the buggy
 function is among the calls whenever the reproduction calls it after its imports.
@@ -104,6 +105,10 @@ def _importing(frame):
 def main(argv):
     if not argv:
         sys.stderr.write("usage: python3 - SCRIPT [ARGS...]\n")
+        return 2
+    if not os.path.isfile(argv[0]):
+        print("%s does not exist. Save the script first (with bash: cat > %s <<'EOF' ... EOF), "
+              "then trace it." % (argv[0], argv[0]))
         return 2
     tree = CallTree(os.getcwd())
     sys.argv = list(argv)

@@ -83,7 +83,10 @@ async def test_trace_of_a_passing_script_and_of_a_missing_one(tmp_path):
     text = await trace(sandbox, "ok.py")
     assert "<returncode>0</returncode>" in text and "inner  (pkg/__init__.py:5)\n" in text
     text = await trace(sandbox, "/tmp/no-such-script-for-trace.py")
-    assert "<returncode>1</returncode>" in text and "No such file" in text
+    assert "<returncode>2</returncode>" in text and "calls into" not in text
+    assert "/tmp/no-such-script-for-trace.py does not exist. Save the script first" in text
+    sandbox.root.joinpath("quiet.py").write_text("x = 1\n")
+    text = await trace(sandbox, "quiet.py")
     assert "(none: the script called no function of the repository)" in text
 
 

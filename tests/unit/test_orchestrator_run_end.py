@@ -97,3 +97,19 @@ async def test_episodes_running_when_the_run_is_interrupted_say_so(tmp_path):
     cancelled = [e for e in read_jsonl(run_dir.episodes) if e["status"] == "cancelled"]
     assert len(cancelled) == cfg.rollouts_per_task
     assert all(e["reason"] == CANCELLED_AT_STOP for e in cancelled)
+
+
+def test_an_episode_that_ends_after_the_journal_closed_is_still_saved(tmp_path):
+    """A shutdown closes the run's journal while an episode may still be handing over its
+    record: that record is written inline, not lost behind a 'journal is closed' error."""
+    from swefleet.journal import Journal
+
+    run_dir, journal = RunDir(tmp_path), Journal()
+    loop = RLLoop(OrchestratorConfig(steps=1), rollout_hanging_from(0, {}), TASKS, run_dir,
+                  None, journal=journal)
+    traj = Trajectory(episode_id="e1", task_id="t0", group_id="g")
+    assert loop._append(run_dir.episodes, traj) is not None  # handed to the open journal
+    journal.close()
+    assert journal.closed and loop._append(run_dir.episodes, traj.model_copy(
+        update={"episode_id": "e2"})) is None
+    assert [e["episode_id"] for e in read_jsonl(run_dir.episodes)] == ["e1", "e2"]
