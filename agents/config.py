@@ -52,8 +52,8 @@ class AgentConfig(BaseModel):
     scaffold: Literal["bash", "tools"] = "bash"
     """Action format: `bash` = exactly one ```bash fenced block per reply (mini-swe-agent style);
     `tools` = exactly one Qwen3-style `<tool_call>{"name": ..., "arguments": ...}</tool_call>`
-    per reply, tools `bash`, `view`, `str_replace`, `submit` (OpenAI tool schema in the system
-    prompt, results as `<tool_response>` user turns)."""
+    per reply, tools `bash`, `view`, `str_replace`, `trace`, `submit` (OpenAI tool schema in the
+    system prompt, results as `<tool_response>` user turns)."""
     on_context_full: Literal["stop", "compact"] = "stop"
     """What happens when the context nears `context_budget_tokens`. `stop`: each request asks
     for the room left, and the episode ends with `limit_tokens` when none is left. `compact`:
