@@ -121,3 +121,16 @@ def sft_plots(trainer: list[dict], out: Path) -> list[Plot]:
         _line(trainer, "loss", "cross-entropy on the assistant tokens"),
     ], xlabel="optimizer step", ylabel="loss (nats per trained token)", title="SFT loss",
         why_empty="trainer_metrics.jsonl has no record with a loss")]
+
+
+def demonstrations_plot(per_step: list[list[float]], out: Path) -> Plot:
+    """A demo's `demo_summary.json` `rl.p_demonstrations.per_step`: the SFT demonstrations'
+    mean probability under the SFT checkpoint (step 0) and each kept RL version."""
+    return line_plot(out / "p_demonstrations.png", "mean probability of the SFT demonstrations "
+                     "under each kept checkpoint (noise-free: no sampling)", [
+        Line("P(demonstration) under the checkpoint, mean over the first SFT batch",
+             [s for s, _ in per_step], [p for _, p in per_step]),
+    ], xlabel="RL step (0: the SFT checkpoint)", ylabel="mean probability", rate=True,
+        title="demonstrations' probability per step",
+        why_empty="demo_summary.json has no per-step probability (no SFT stage, or no kept "
+                  "weights)")

@@ -63,7 +63,21 @@ def draw_plots(root: Path, kind: str) -> list[Plot]:
     trainer = read_jsonl(root / "trainer_metrics.jsonl")
     if kind == "sft":
         return sft_plots(trainer, root)
-    return rl_plots(read_jsonl(root / "metrics.jsonl"), trainer, root)
+    plots = rl_plots(read_jsonl(root / "metrics.jsonl"), trainer, root)
+    if kind == "demo":
+        plots.append(_demonstrations_plot(root))
+    return plots
+
+
+def _demonstrations_plot(root: Path) -> Plot:
+    from swefleet.evals.plots_train import demonstrations_plot
+
+    try:
+        summary = json.loads((root / "demo_summary.json").read_text())
+    except (FileNotFoundError, ValueError):
+        summary = {}
+    p = (summary.get("rl") or {}).get("p_demonstrations") or {}
+    return demonstrations_plot(p.get("per_step") or [], root)
 
 
 def _eval_plots(root: Path) -> list[Plot]:

@@ -134,19 +134,23 @@ class _Stages:
         return result
 
 
-def _demonstration_likelihood(cfg, out: Path) -> tuple[float, float] | None:
-    """Mean probability of the SFT demonstrations (the first SFT batch's samples) under the
-    SFT checkpoint and under the final RL one (`evals/likelihood.py`): the policy's progress
-    without the sampling noise of a few dozen episodes a step. None without both."""
+def demonstration_curve(cfg, out: Path) -> list[list[float]]:
+    """[RL step, mean probability of the SFT demonstrations] (the first SFT batch's samples,
+    `evals/likelihood.py`) under the SFT checkpoint (step 0) and under every RL version whose
+    weights folder is still in the run (`[orchestrator] keep_weights`): the policy's progress
+    without the sampling noise of a few dozen episodes a step. [] without the SFT batch and
+    checkpoint."""
     from swefleet.evals.likelihood import mean_probability
     from swefleet.rundir import RunDir
 
     sft = RunDir(out / "sft")
     batch, before = sft.batch_path(0), sft.weights_path(cfg.sft.steps)
-    after = RunDir(out).weights_path(cfg.orchestrator.steps)
-    if not all(p.exists() for p in (batch, before, after)):
-        return None
-    return mean_probability(before, batch), mean_probability(after, batch)
+    if not (batch.exists() and before.is_dir()):
+        return []
+    rl = RunDir(out)
+    versions = [v for v in range(1, cfg.orchestrator.steps + 1) if rl.weights_path(v).is_dir()]
+    return [[0, mean_probability(before, batch)]] + [
+        [v, mean_probability(rl.weights_path(v), batch)] for v in versions]
 
 
 def reward_trend(metrics: list[dict], window: int = 5) -> dict | None:
@@ -183,9 +187,11 @@ def demo_summary(cfg, out: Path, times: dict[str, float]) -> dict:
                      "reward_per_step": [m["rollout/reward_mean"] for m in metrics],
                      "episodes_per_step": [m.get("rollout/episodes") for m in metrics],
                      "trend": reward_trend(metrics)}
-    likelihood = _demonstration_likelihood(cfg, out)
-    if likelihood is not None:
-        summary["rl"]["p_demonstrations"] = {"sft": likelihood[0], "rl": likelihood[1]}
+    curve = demonstration_curve(cfg, out)
+    if curve:
+        p = summary["rl"]["p_demonstrations"] = {"sft": curve[0][1], "per_step": curve}
+        if curve[-1][0] == cfg.orchestrator.steps:
+            p["rl"] = curve[-1][1]
     from swefleet.app.demo_evals import eval_summary, paired_tests, stage_reports
 
     reports = stage_reports(cfg, out)
@@ -214,7 +220,7 @@ def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
         rows.append(("", "reward first {w} -> last {w} steps {first:.3f} -> {last:.3f} "
                          "(diff {diff:+.3f}, SE {se:.3f}, z {z:.1f})".format(
                              w=trend["window"], **trend), ""))
-    if p := rl.get("p_demonstrations"):
+    if (p := rl.get("p_demonstrations")) and "rl" in p:
         rows.append(("", f"P(demonstrations) sft {p['sft']:.2f} -> rl {p['rl']:.2f}", ""))
     return rows + _eval_rows(summary, "eval", "eval") + paired_rows(summary.get("paired", []))
 

@@ -26,7 +26,7 @@ def test_report_run_redraws_a_demo_folder_and_refuses_other_folders(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "reward.png: drawn" in proc.stdout
     for folder, pngs in ((demo, ["reward.png", "loss.png", "kl.png", "entropy.png",
-                                 "step_time.png", "drop_rate.png"]),
+                                 "step_time.png", "drop_rate.png", "p_demonstrations.png"]),
                          (demo / "sft", ["loss.png"]),
                          (demo / "eval-heldout", ["success_by_task.png", "pass_at_k.png"])):
         assert sorted(p.name for p in folder.glob("*.png")) == sorted(pngs), folder

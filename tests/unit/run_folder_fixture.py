@@ -138,7 +138,10 @@ def write_demo(out: Path, *, all_evals: bool = False) -> Path:
     for name in evals:
         write_eval(out / name, {"h1": [False, False], "h2": [False, False]})
     (out / "demo_times.json").write_text(json.dumps({"sft": 16.0, "rl": 111.0, "eval": 6.0}))
-    (out / "demo_summary.json").write_text(json.dumps({"run": str(out)}))
+    curve = [[0, 0.21], [1, 0.3], [2, 0.36]]
+    (out / "demo_summary.json").write_text(json.dumps(
+        {"run": str(out), "rl": {"p_demonstrations": {"sft": 0.21, "rl": 0.36,
+                                                      "per_step": curve}}}))
     (out / "demo_summary.md").write_text("# swefleet demo\n")
     return out
 

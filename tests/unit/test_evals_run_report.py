@@ -107,7 +107,7 @@ def test_a_demo_folder_is_drawn_with_its_stages(tmp_path):
     rows = _index_rows(demo)
     assert set(rows) == _entries(demo)
     assert "SFT" in rows["sft/"] and "eval" in rows["eval-heldout/"]
-    assert _pngs(demo) == RL_PLOTS
+    assert _pngs(demo) == RL_PLOTS | {"p_demonstrations.png"}
     assert _pngs(demo / "sft") == {"loss.png"}
     # held out, every attempt failed: still a chart with what was measured (0/2 and intervals)
     assert _pngs(demo / "eval-heldout") == {"success_by_task.png", "pass_at_k.png"}
