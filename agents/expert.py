@@ -53,6 +53,8 @@ _KIND_WHY = {
     "swapped_arguments": "the arguments are passed in the wrong order",
     "boolean_operator": "the boolean logic is wrong",
     "wrong_constant": "the constant is wrong",
+    "wrong_call": "it calls the wrong function",
+    "wrong_default": "the parameter's default is wrong",
 }
 _TOKEN = re.compile(r"""'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*"|\w+|==|!=|<=|>=|//|\*\*|<<|>>|\S""")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -271,6 +273,11 @@ def _why(old: list[str], new: list[str], start: int, lines: list[str], task: Tas
     """One sentence on what is wrong at line `start + 1` (the old lines `old` of `lines` become
     `new`), from the changed lines and the task's `bug_kind`."""
     kind = task.model_extra.get("bug_kind", "") if task.model_extra else ""
+    moved = [i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b]
+    if sorted(old) == sorted(new) and len(moved) == 2:  # two lines exchanged
+        first, second = moved
+        return (f"Lines {start + first + 1} and {start + second + 1} are in the wrong order: "
+                f"`{new[first].strip()}` has to come first.")
     removed = [x for x in old if x not in new]
     added = [x for x in new if x not in old]
     if [x.strip() for x in removed] == ["pass"] and added:
@@ -287,7 +294,9 @@ def _why(old: list[str], new: list[str], start: int, lines: list[str], task: Tas
         return f"Line {start + old.index(removed[0]) + 1} has `{was}` where it needs `{should}`: {why}."
     shown = next((x.strip() for x in added if x.strip()), "")
     if not removed and shown:
-        return f"A case is missing after line {start + max(0, len(old) // 2)}: it needs `{shown}`."
+        what = "A statement" if kind == "removed_statement" else "A case"
+        return f"{what} is missing after line {start + max(0, len(old) // 2)}: it needs `{shown}`."
+
     return (f"Lines {start + 1}-{start + max(len(old), 1)} are wrong"
             + (f": they should start with `{shown}`." if shown else ": they should go."))
 

@@ -77,7 +77,7 @@ def ordered_candidates(package: Package, seed: int) -> Iterator[Mutation]:
     found: list[Mutation] = []
     for path in package.mutable():
         found += [m for m in find_mutations(package.texts[path], path)
-                  if not package.recipe.skips(m.function)]
+                  if m.kind in package.recipe.kinds and not package.recipe.skips(m.function)]
     log.info("%s: %d candidate bugs in %d files", package.recipe.package, len(found),
              len(package.mutable()))
     return choose(found, seed)

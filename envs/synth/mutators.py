@@ -14,6 +14,18 @@ Kinds (the `bug_kind` of the task):
 - `boolean_operator`: `and`<->`or`, a `not` dropped;
 - `wrong_operator`: `+`<->`-`, `/`<->`//`, `*`->`//`, also in augmented assignments.
 
+Kinds beyond one token (`EXTRA_KINDS`; a recipe opts in with `kinds`):
+
+- `wrong_call`: a call of the sibling function or method (`min`<->`max`, `any`<->`all`,
+  `.startswith`<->`.endswith`, `.lstrip`<->`.rstrip`, `.lower`<->`.upper`, ...);
+- `wrong_default`: a parameter's default changed (`True`<->`False`, an integer +-1, a
+  separator-like string), in the signature of a function or method;
+- `removed_statement`: a one-line statement that updates state deleted (a call made for its
+  effect, an augmented assignment, an assignment to an attribute or item), from a block that
+  keeps another statement;
+- `swapped_statements`: two adjacent one-line statements exchanged where the second reads a
+  name the first writes (or the other way round).
+
 `choose` orders candidates deterministically for a seed (kinds interleaved).
 """
 
@@ -34,6 +46,15 @@ KINDS = (
     "flipped_comparison", "off_by_one", "removed_branch", "swapped_arguments",
     "swapped_operands", "wrong_constant", "boolean_operator", "wrong_operator",
 )
+"""The kinds a recipe mutates by default (one token, or one branch)."""
+EXTRA_KINDS = ("wrong_call", "wrong_default", "removed_statement", "swapped_statements")
+"""Kinds a recipe opts into with `kinds`."""
+_CALL_SWAP = {"min": "max", "max": "min", "any": "all", "all": "any",
+              "startswith": "endswith", "endswith": "startswith", "lstrip": "rstrip",
+              "rstrip": "lstrip", "lower": "upper", "upper": "lower", "ljust": "rjust",
+              "rjust": "ljust", "find": "rfind", "rfind": "find", "index": "rindex",
+              "rindex": "index", "floor": "ceil", "ceil": "floor", "islower": "isupper",
+              "isupper": "islower"}
 MAX_BRANCH_LINES = 8
 
 _CMP_TEXT = {
@@ -131,10 +152,12 @@ class _Collector(ast.NodeVisitor):
     # -- scopes -----------------------------------------------------------------------------
     def visit_FunctionDef(self, node) -> None:
         self.names.append(node.name)
+        _defaults(self, node.args)
         self.depth += 1
         body = node.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             body = body[1:]  # the docstring
+        _block(self, body)
         for stmt in body:
             self.visit(stmt)
         self.depth -= 1
@@ -155,6 +178,10 @@ class _Collector(ast.NodeVisitor):
         if self.depth:
             for make in _MAKERS.get(type(node), ()):
                 make(self, node)
+            for name in ("body", "orelse", "finalbody"):
+                stmts = getattr(node, name, None)
+                if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                    _block(self, stmts)
         super().generic_visit(node)
 
     # -- emitting ---------------------------------------------------------------------------
@@ -187,18 +214,24 @@ def _compare(c: _Collector, node: ast.Compare) -> None:
 
 
 def _constant(c: _Collector, node: ast.Constant) -> None:
+    for kind, new in _constant_changes(c, node):
+        c.add(kind, *c.t.span(node), new)
+
+
+def _constant_changes(c: _Collector, node: ast.Constant) -> list[tuple[str, str]]:
+    """(kind, new text) of each change of a constant: a bool flipped, a small integer +-1, a
+    separator-like string swapped."""
     text = c.t.text(node)
-    a, b = c.t.span(node)
     if isinstance(node.value, bool):
-        c.add("wrong_constant", a, b, str(not node.value))
-    elif isinstance(node.value, int) and text == str(node.value) and node.value < 10_000:
-        c.add("off_by_one", a, b, str(node.value + 1))
-        if node.value > 0:
-            c.add("off_by_one", a, b, str(node.value - 1))
-    elif isinstance(node.value, str) and node.value in _STR_SWAP and len(text) >= 2:
+        return [("wrong_constant", str(not node.value))]
+    if isinstance(node.value, int) and text == str(node.value) and node.value < 10_000:
+        return [("off_by_one", str(node.value + 1))] + (
+            [("off_by_one", str(node.value - 1))] if node.value > 0 else [])
+    if isinstance(node.value, str) and node.value in _STR_SWAP and len(text) >= 2:
         quote = text[0]
         if quote in "'\"" and text == f"{quote}{node.value}{quote}":
-            c.add("wrong_constant", a, b, f"{quote}{_STR_SWAP[node.value]}{quote}")
+            return [("wrong_constant", f"{quote}{_STR_SWAP[node.value]}{quote}")]
+    return []
 
 
 def _if(c: _Collector, node: ast.If) -> None:
@@ -221,6 +254,71 @@ def _call(c: _Collector, node: ast.Call) -> None:
         if isinstance(left, ast.Starred) or isinstance(right, ast.Starred):
             continue
         _swap(c, "swapped_arguments", left, right)
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else (
+        func.attr if isinstance(func, ast.Attribute) else "")
+    if name in _CALL_SWAP:
+        end = c.t.span(func)[1]
+        if c.t.source[end - len(name) : end] == name:
+            c.add("wrong_call", end - len(name), end, _CALL_SWAP[name])
+
+
+def _defaults(c: _Collector, args: ast.arguments) -> None:
+    """`wrong_default`: the constant defaults of a signature, changed as `_constant` would."""
+    for node in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+        if isinstance(node, ast.Constant):
+            for _, new in _constant_changes(c, node):
+                c.add("wrong_default", *c.t.span(node), new)
+
+
+def _updates_state(stmt: ast.stmt) -> bool:
+    """A call made for its effect, an augmented assignment, or an assignment to an attribute or
+    an item."""
+    if isinstance(stmt, ast.Expr):
+        return isinstance(stmt.value, ast.Call)
+    if isinstance(stmt, ast.AugAssign):
+        return True
+    return isinstance(stmt, ast.Assign) and all(
+        isinstance(t, (ast.Attribute, ast.Subscript)) for t in stmt.targets)
+
+
+def _one_line(c: _Collector, stmt: ast.stmt) -> str | None:
+    """The whole line of a statement that is alone on its one line (its newline included),
+    else None."""
+    if stmt.lineno != stmt.end_lineno:
+        return None
+    line = c.t.lines[stmt.lineno - 1]
+    return line if line.strip().startswith(c.t.text(stmt)) and line.endswith("\n") else None
+
+
+def _block(c: _Collector, stmts: list[ast.stmt]) -> None:
+    """`removed_statement` and `swapped_statements` in one block of statements."""
+    for stmt in stmts if len(stmts) >= 2 else ():
+        if _updates_state(stmt) and _one_line(c, stmt) is not None:
+            start = c.t.starts[stmt.lineno - 1]
+            c.add("removed_statement", start, c.t.starts[stmt.lineno], "")
+    for first, second in itertools.pairwise(stmts):
+        a, b = _one_line(c, first), _one_line(c, second)
+        if a is None or b is None or a == b or second.lineno != first.lineno + 1:
+            continue
+        if not all(isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr))
+                   for s in (first, second)):
+            continue
+        if _written(first) & _read(second) or _written(second) & _read(first):
+            c.add("swapped_statements", c.t.starts[first.lineno - 1],
+                  c.t.starts[second.lineno], b + a)
+
+
+def _written(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Store)} | (
+        {stmt.target.id} if isinstance(stmt, ast.AugAssign)
+        and isinstance(stmt.target, ast.Name) else set())
+
+
+def _read(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
 
 
 def _swap(c: _Collector, kind: str, left: ast.AST, right: ast.AST) -> None:

@@ -7,7 +7,9 @@ import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from swefleet.envs.synth.mutators import EXTRA_KINDS, KINDS
 
 #: `-o addopts=` drops the package's own pytest options (coverage, colour, doctest-modules)
 #: that need plugins the base image lacks or that would change the log's shape; a fixed hash
@@ -59,10 +61,24 @@ class Recipe(BaseModel):
     wheels: list[str] = Field(default_factory=list)
     """`name==version` pure-Python wheels the package or its tests import (unpacked into the
     image's site-packages; the base image has no pip)."""
+    kinds: list[str] = Field(default_factory=lambda: list(KINDS))
+    """Bug kinds to inject (`envs/synth/mutators.py`): by default the one-token and branch kinds;
+    add `EXTRA_KINDS` (`wrong_call`, `wrong_default`, `removed_statement`,
+    `swapped_statements`) for bugs a token flip cannot make."""
     max_failing: int = 25
     """A mutation that breaks more tests than this is dropped (it breaks everything)."""
     timeout_s: float = 180
     """Deadline of one test run."""
+
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str]) -> list[str]:
+        unknown = sorted(set(kinds) - set(KINDS) - set(EXTRA_KINDS))
+        if unknown or not kinds:
+            raise ValueError(f"unknown bug kinds {unknown}; the kinds are "
+                             f"{', '.join((*KINDS, *EXTRA_KINDS))}" if unknown else
+                             "kinds is empty")
+        return kinds
 
     @property
     def instance_prefix(self) -> str:

@@ -356,3 +356,18 @@ def test_without_the_tool_the_expert_greps():
     dialogue.send("<returncode>0</returncode>\n<output>\n3 passed\n</output>")
     step = dialogue.send("<returncode>1</returncode>\n<output>\nAssertionError\n</output>")
     assert step.tool == "bash" and step.arguments["command"] == plan.grep
+
+
+def test_a_missing_statement_and_two_exchanged_lines_are_explained():
+    bug = "def f(xs):\n    h = n // 2\n    n = len(xs)\n    return h\n"
+    patch = ("--- a/m.py\n+++ b/m.py\n@@ -1,4 +1,4 @@\n def f(xs):\n-    h = n // 2\n"
+             "-    n = len(xs)\n+    n = len(xs)\n+    h = n // 2\n     return h\n")
+    task = Task(instance_id="m-1", repo="m/m", problem_statement="f", patch=patch,
+                bug_kind="swapped_statements")
+    (edit,) = plan_demonstration(task, {"m.py": bug.encode()}, []).edits
+    assert edit.why == "Lines 2 and 3 are in the wrong order: `n = len(xs)` has to come first."
+    patch = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,3 @@\n def f(xs):\n+    xs.sort()\n     return xs\n"
+    task = Task(instance_id="m-2", repo="m/m", problem_statement="f", patch=patch,
+                bug_kind="removed_statement")
+    (edit,) = plan_demonstration(task, {"m.py": b"def f(xs):\n    return xs\n"}, []).edits
+    assert edit.why == "A statement is missing after line 1: it needs `xs.sort()`."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from swefleet.envs.synth.mutators import KINDS, Mutation, choose, find_mutations
+from swefleet.envs.synth.mutators import EXTRA_KINDS, KINDS, Mutation, choose, find_mutations
 
 pytestmark = pytest.mark.unit
 
@@ -149,4 +149,56 @@ def test_choose_is_seeded_and_interleaves_kinds():
     assert len({m.kind for m in first[: len(kinds)]}) == len(kinds)
     orders = {tuple(m.id for m in choose(list(ms), seed=s)) for s in range(5)}
     assert len(orders) > 1
-    assert set(KINDS) >= kinds
+    assert set(KINDS) | set(EXTRA_KINDS) >= kinds
+
+
+EXTRA = """\
+def f(items, sep="-", *, strict=True):
+    total = 0
+    for x in items:
+        total += x
+        items.log(x)
+    size = len(items)
+    half = size // 2
+    self.last = half
+    if x.startswith(sep):
+        return max(items)
+    return half
+"""
+
+
+def test_wrong_call_swaps_the_sibling_function_or_method():
+    assert results(EXTRA, "wrong_call") == {EXTRA.replace("x.startswith", "x.endswith"),
+                                            EXTRA.replace("max(items)", "min(items)")}
+
+
+def test_wrong_default_changes_a_signature_default():
+    assert results(EXTRA, "wrong_default") == {EXTRA.replace('sep="-"', 'sep="_"'),
+                                               EXTRA.replace("strict=True", "strict=False")}
+    (m,) = [m for m in find_mutations(EXTRA, "m.py") if m.new == "False"]
+    assert (m.function, m.line) == ("f", 1)
+
+
+def test_removed_statement_deletes_a_state_update_from_a_block_that_keeps_one():
+    removed = results(EXTRA, "removed_statement")
+    assert removed == {EXTRA.replace("        total += x\n", ""),
+                       EXTRA.replace("        items.log(x)\n", ""),
+                       EXTRA.replace("    self.last = half\n", "")}
+    alone = "def g(xs):\n    if xs:\n        xs.pop()\n    return xs\n"
+    assert results(alone, "removed_statement") == set()  # the `if` would be left empty
+
+
+def test_swapped_statements_only_where_one_reads_what_the_other_writes():
+    assert results(EXTRA, "swapped_statements") == {
+        EXTRA.replace("    size = len(items)\n    half = size // 2\n",
+                      "    half = size // 2\n    size = len(items)\n"),
+        EXTRA.replace("    half = size // 2\n    self.last = half\n",
+                      "    self.last = half\n    half = size // 2\n")}
+    independent = "def g(a, b):\n    x = a + 1\n    y = b + 1\n    return x, y\n"
+    assert results(independent, "swapped_statements") == set()
+
+
+def test_extra_kinds_are_valid_edits():
+    ms = [m for m in find_mutations(EXTRA, "m.py") if m.kind in EXTRA_KINDS]
+    assert {m.kind for m in ms} == set(EXTRA_KINDS)
+    assert all(m.is_valid(EXTRA) for m in ms)

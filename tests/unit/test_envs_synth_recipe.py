@@ -100,3 +100,15 @@ def test_skip_functions_match_qualified_names():
     r = make(skip_functions=["RRCache.*", "rr_cache"])
     assert r.skips("RRCache.__delitem__") and r.skips("rr_cache")
     assert not r.skips("LRUCache.popitem") and not r.skips("rr_cache_helper")
+
+
+def test_kinds_default_to_the_one_token_kinds_and_unknown_ones_are_refused(tmp_path: Path):
+    from swefleet.envs.synth.mutators import EXTRA_KINDS, KINDS
+
+    assert make().kinds == list(KINDS)
+    assert make(kinds=[*KINDS, *EXTRA_KINDS]).kinds[-1] == "swapped_statements"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('package = "x"\nversion = "1"\nsha256 = "a"\nrepo = "o/x"\ntests = ["t"]\n'
+                   'mutate = ["x.py"]\nkinds = ["off_by_one", "typo"]\n')
+    with pytest.raises(RecipeError, match=r"bad.toml: field 'kinds'.*unknown bug kinds \['typo'\]"):
+        load_recipe(bad)
