@@ -77,8 +77,9 @@ def to_task(package: Package, screened: Screened, out_file: Path, seed: int,
         return None
     patch = unified_diff(m.path, buggy, original)
     image = task_image_for(recipe, patch, test_patch, base_image)
+    instance_id = f"{recipe.instance_prefix}.{m.kind}__{m.id}"
     return Task(
-        instance_id=f"{recipe.instance_prefix}.{m.kind}__{m.id}",
+        instance_id=instance_id,
         repo=recipe.repo,
         problem_statement=statement,
         patch=patch,
@@ -88,7 +89,7 @@ def to_task(package: Package, screened: Screened, out_file: Path, seed: int,
         test_cmd=recipe.test_cmd,
         test_files=screened.test_files,
         log_parser="pytest",
-        split=recipe.split,
+        split=recipe.split_of(instance_id),
         recipe=os.path.relpath(package.recipe_path.resolve(), out_file.parent.resolve()),
         bug_kind=m.kind,
         synth={"file": m.path, "function": m.function, "seed": seed},

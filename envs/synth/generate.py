@@ -167,6 +167,7 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
         "dropped": dropped, "flaky_tests_dropped": sum(d.flaky for d in derived),
         "reproduced": sum(bool(f.script) for f in found),
         "kinds": dict(Counter(t.model_extra["bug_kind"] for t in kept)),
+        "splits": dict(Counter(t.split for t in kept)),
         "seconds": round(time.monotonic() - started, 1),
     }
     return {"tasks": kept, "report": report}

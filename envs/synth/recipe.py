@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -39,6 +40,11 @@ class Recipe(BaseModel):
     """Upstream repository `owner/name` (the tasks' `repo` field)."""
     split: Literal["train", "heldout"] = "train"
     """Split of every task of this package (splits are by package)."""
+    heldout_share: float = Field(0.0, ge=0.0, lt=1.0)
+    """Share of a `train` package's tasks held out by instance (split `heldout_instance`: the
+    package is trained on, these bugs are not), chosen by a hash of the instance id, so that a
+    task keeps its split whatever else is generated. Splits whose name starts with `heldout`
+    are refused by `rl` and `sft` and reported apart by `eval`."""
     import_path: str = "."
     """Directory (relative to the sdist root) that holds the importable package: `.` for a flat
     layout, `src` for a src layout. Put first on PYTHONPATH in the image."""
@@ -79,6 +85,14 @@ class Recipe(BaseModel):
                              f"{', '.join((*KINDS, *EXTRA_KINDS))}" if unknown else
                              "kinds is empty")
         return kinds
+
+    def split_of(self, instance_id: str) -> str:
+        """The split of one task of this package (`heldout_share`)."""
+        if self.split != "train" or not self.heldout_share:
+            return self.split
+        digest = hashlib.sha256(instance_id.encode()).digest()
+        draw = int.from_bytes(digest[:8], "big") / 2**64
+        return "heldout_instance" if draw < self.heldout_share else "train"
 
     @property
     def instance_prefix(self) -> str:

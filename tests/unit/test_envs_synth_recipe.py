@@ -112,3 +112,18 @@ def test_kinds_default_to_the_one_token_kinds_and_unknown_ones_are_refused(tmp_p
                    'mutate = ["x.py"]\nkinds = ["off_by_one", "typo"]\n')
     with pytest.raises(RecipeError, match=r"bad.toml: field 'kinds'.*unknown bug kinds \['typo'\]"):
         load_recipe(bad)
+
+
+def test_heldout_share_holds_out_instances_of_a_train_package_by_their_id():
+    from swefleet.envs.tasks import is_evaluation_split
+
+    ids = [f"o__pkg-1.0.off_by_one__{i:08x}" for i in range(2000)]
+    splits = [make(heldout_share=0.3).split_of(i) for i in ids]
+    assert set(splits) == {"train", "heldout_instance"}
+    assert 0.26 < splits.count("heldout_instance") / len(ids) < 0.34
+    assert splits == [make(heldout_share=0.3).split_of(i) for i in ids]  # a task keeps its split
+    assert {make().split_of(i) for i in ids} == {"train"}
+    assert {make(split="heldout", heldout_share=0.3).split_of(i) for i in ids} == {"heldout"}
+    assert is_evaluation_split("heldout_instance") and not is_evaluation_split("train")
+    with pytest.raises(ValueError):
+        make(heldout_share=1.0)
