@@ -1,6 +1,7 @@
 """Task synthesis end to end on one small real package (inflection from PyPI), in Docker:
-generate 2 tasks, check their images (the fix is nowhere in git), validate them, and run the
-oracle / empty evals on a subset of the bundled set through the user's command."""
+generate 2 tasks (bug kinds beyond one token, half the package held out by instance), check
+their images (the fix is nowhere in git), validate them, and run the oracle / empty evals on a
+subset of the bundled set through the user's command."""
 
 from __future__ import annotations
 
@@ -44,10 +45,18 @@ def in_image(image: str, script: str, stdin: str = "") -> str:
                           check=True).stdout
 
 
+EXTRA_KINDS = ["wrong_call", "wrong_default", "removed_statement", "swapped_statements"]
+
+
 @pytest.fixture(scope="module")
 def generated(ready, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("synth") / "tasks.jsonl"
-    swefleet("tasks", "generate", "--recipe", str(RECIPE), "--n", "2", "-k", "1",
+    """Two tasks of the bundled recipe with the kinds beyond one token and half the package
+    held out by instance."""
+    folder = tmp_path_factory.mktemp("synth")
+    recipe = folder / "inflection.toml"
+    recipe.write_text(RECIPE.read_text() + f"kinds = {EXTRA_KINDS}\nheldout_share = 0.5\n")
+    out = folder / "tasks.jsonl"
+    swefleet("tasks", "generate", "--recipe", str(recipe), "--n", "2", "-k", "1",
              "--max-candidates", "12", "--out", str(out))
     return out
 
@@ -55,14 +64,19 @@ def generated(ready, tmp_path_factory) -> Path:
 def test_generated_tasks_are_well_formed(generated):
     from swefleet.envs.tasks import load_tasks
 
+    from swefleet.envs.synth.recipe import load_recipe
+
     tasks = load_tasks(generated)
     assert len(tasks) == 2
+    recipe = load_recipe(generated.parent / "inflection.toml")
     for t in tasks:
+        assert t.model_extra["bug_kind"] in EXTRA_KINDS
+        assert t.split == recipe.split_of(t.instance_id) in ("train", "heldout_instance")
         assert t.instance_id.startswith("jpvanhal__inflection-0.5.1.")
         assert t.FAIL_TO_PASS and t.PASS_TO_PASS and not set(t.FAIL_TO_PASS) & set(t.PASS_TO_PASS)
         assert t.patch.startswith("diff --git a/inflection/__init__.py")
         assert t.test_patch.startswith("diff --git a/test_inflection.py")
-        assert not t.image and t.model_extra["recipe"].endswith("envs/recipes/inflection.toml")
+        assert not t.image and t.model_extra["recipe"] == "inflection.toml"
         for test_id in t.FAIL_TO_PASS:  # no deciding test is named in the issue
             assert test_id.split("::")[-1].split("[")[0] not in t.problem_statement
 
