@@ -85,10 +85,10 @@ class CallTree:
         shown = [(key, node) for key, node in self.nodes.items() if node[1] < MAX_DEPTH]
         out = []
         for (_, rel, line, name), (calls, depth) in shown[:MAX_LINES]:
-            times = " x%d" % calls if calls > 1 else ""
-            out.append("%s%s  (%s:%d)%s" % ("  " * depth, name, rel, line, times))
+            times = f" x{calls}" if calls > 1 else ""
+            out.append(f"{'  ' * depth}{name}  ({rel}:{line}){times}")
         if len(shown) > MAX_LINES:
-            out.append("... %d more call paths" % (len(shown) - MAX_LINES))
+            out.append(f"... {len(shown) - MAX_LINES} more call paths")
         return out
 
 
@@ -107,8 +107,8 @@ def main(argv):
         sys.stderr.write("usage: python3 - SCRIPT [ARGS...]\n")
         return 2
     if not os.path.isfile(argv[0]):
-        print("%s does not exist. Save the script first (with bash: cat > %s <<'EOF' ... EOF), "
-              "then trace it." % (argv[0], argv[0]))
+        print(f"{argv[0]} does not exist. Save the script first (with bash: cat > {argv[0]} "
+              "<<'EOF' ... EOF), then trace it.")
         return 2
     tree = CallTree(os.getcwd())
     sys.argv = list(argv)
@@ -120,7 +120,7 @@ def main(argv):
         runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException as exc:  # the script's own failure: shown, then the calls
+    except BaseException as exc:  # noqa: BLE001 (the script's own failure: shown, then the calls)
         sys.setprofile(None)
         tb = exc.__traceback__
         while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:

@@ -9,7 +9,6 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from swefleet.envs.synth.mutators import EXTRA_KINDS, KINDS
 
 #: `-o addopts=` drops the package's own pytest options (coverage, colour, doctest-modules)

@@ -62,9 +62,8 @@ def generated(ready, tmp_path_factory) -> Path:
 
 
 def test_generated_tasks_are_well_formed(generated):
-    from swefleet.envs.tasks import load_tasks
-
     from swefleet.envs.synth.recipe import load_recipe
+    from swefleet.envs.tasks import load_tasks
 
     tasks = load_tasks(generated)
     assert len(tasks) == 2

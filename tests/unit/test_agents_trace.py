@@ -3,6 +3,7 @@ tree of the repository's functions (the expert's use of it: `test_agents_expert.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -52,7 +53,7 @@ assert pkg.outer(2) == [9], "wrong result"
 
 async def trace(sandbox, script: str) -> str:
     scaffold = ToolScaffold(AgentConfig(scaffold="tools", observation_max_chars=20_000))
-    body = '{"name": "trace", "arguments": {"script": "%s"}}' % script
+    body = json.dumps({"name": "trace", "arguments": {"script": script}})
     action = parse_tool_call(f"Tracing.\n<tool_call>\n{body}\n</tool_call>")
     return (await scaffold.execute(action, sandbox, 30.0)).text
 
