@@ -15,6 +15,7 @@ import difflib
 import re
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import TypeVar
 
 from swefleet.envs.protocol import InfraError, Sandbox
@@ -113,7 +114,40 @@ def not_found_hint(data: bytes, old_str: str) -> str:
 
 
 async def read_bytes(sandbox: Sandbox, path: str, timeout_s: float) -> bytes:
-    return await _bounded(sandbox.read_file(path), path, "read", timeout_s)
+    """The file's bytes; a path that does not exist is a `ToolError` that names the
+    repository's files with the same name, if any (`similar_files`)."""
+    try:
+        return await _bounded(sandbox.read_file(path), path, "read", timeout_s)
+    except ToolError as error:
+        if not isinstance(error.__cause__, FileNotFoundError):
+            raise
+        similar = await similar_files(sandbox, path, timeout_s)
+        if not similar:
+            raise
+        raise ToolError(f"{error}; the repository has {', '.join(similar)}") from error
+
+
+MAX_SIMILAR = 3
+"""Most files `similar_files` names."""
+
+
+async def similar_files(sandbox: Sandbox, path: str, timeout_s: float) -> list[str]:
+    """Tracked files of the repository named like `path` (a small model often guesses
+    `pkg.py` for `pkg/__init__.py`, or the wrong folder): the same file name, else a package
+    folder of that name, else a file name starting with its stem; [] when git cannot list."""
+    result = await sandbox.run("git ls-files", timeout_s=timeout_s)
+    if result.exit_code != 0 or result.truncated_bytes:
+        return []
+    files = [line for line in result.output.splitlines() if line.strip()]
+    name = PurePosixPath(path).name
+    stem = PurePosixPath(name).stem
+    for match in (lambda f: PurePosixPath(f).name == name,
+                  lambda f: f.endswith(f"{stem}/__init__.py"),
+                  lambda f: PurePosixPath(f).name.startswith(stem) and f.endswith(".py")):
+        found = sorted((f for f in files if match(f)), key=lambda f: (len(f), f))
+        if found and stem:
+            return found[:MAX_SIMILAR]
+    return []
 
 
 async def _bounded(step: Awaitable[T], path: str, verb: str, timeout_s: float) -> T:

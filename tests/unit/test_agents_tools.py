@@ -190,6 +190,23 @@ async def test_view_errors_are_tool_results(scaffold, sandbox, arguments, messag
     assert message in text
 
 
+async def test_a_missing_path_names_the_repository_files_like_it(scaffold, tmp_path):
+    sandbox = LocalShellSandbox.create(tmp_path / "r", {
+        "inflection/__init__.py": "x = 1\n", "docs/inflection.rst": "", "setup.py": "",
+        "pkg/util.py": "", "tests/util.py": "", "lib/utilities.py": ""})
+    text = await run_tool(scaffold, sandbox, call("view", path="/testbed/inflection.py"))
+    assert ("Error: /testbed/inflection.py does not exist; the repository has "
+            "inflection/__init__.py") in text
+    text = await run_tool(scaffold, sandbox, call("str_replace", path="src/util.py",
+                                                  old_str="a", new_str="b"))
+    assert "src/util.py does not exist; the repository has pkg/util.py, tests/util.py" in text
+    text = await run_tool(scaffold, sandbox, call("view", path="util"))
+    assert "util does not exist; the repository has pkg/util.py, tests/util.py, lib/utilities.py" \
+        in text
+    text = await run_tool(scaffold, sandbox, call("view", path="zzz.py"))
+    assert text.strip().endswith("Error: zzz.py does not exist\n</tool_response>")
+
+
 async def test_long_view_is_cut_in_the_middle(scaffold, sandbox):
     (sandbox.root / "long.py").write_text("".join(f"line_{i} = {i}\n" for i in range(200)))
     observation = await scaffold.execute(parse_tool_call(call("view", path="long.py")), sandbox, 5)
