@@ -17,6 +17,7 @@ import secrets
 import shlex
 
 from swefleet.envs import canary, canary_ids, canary_twins
+from swefleet.envs.behaviour import probes_of
 from swefleet.envs.gradelog import test_files_of
 from swefleet.envs.protocol import InfraError
 from swefleet.envs.tamper import junit_outcomes
@@ -59,13 +60,14 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     planted, must_pass, must_fail, twins = {}, [], [], canary_twins.Twins()
     lines: dict[str, list[list[int]]] = {}
     reserved = _deciding_names(task)  # renamed out of their files: no canary takes them
+    probes = probes_of(task)
     for path in dict.fromkeys(canary_files + twin_files):
         text = new = _read_text(session, path)
         if text is None:
             continue
         if path in twin_files:
             new, got = canary_twins.plant(new, path, task.FAIL_TO_PASS,
-                                          [*task.FAIL_TO_PASS, *task.PASS_TO_PASS], rng)
+                                          [*task.FAIL_TO_PASS, *task.PASS_TO_PASS], rng, probes)
             twins.add(got)
         done = canary.plant(new, path, rng, reserved) if path in canary_files else None
         if done is not None:
@@ -120,7 +122,8 @@ def _twins_line(twins: canary_twins.Twins) -> str:
     """The log's account of the renamed deciding tests (the grader's log, not the sandbox's)."""
     kept = "; ".join(f"{f} ({why})" for f, why in sorted(twins.kept.items()))
     return (f">>>>> Twins: {len(twins.renamed)} FAIL_TO_PASS test functions renamed, "
-            f"{canary_twins.TWINS} twins each" + (f"; under their own names: {kept}"[:2000]
+            f"{canary_twins.TWINS} twins each, {len(twins.behaviour)} told apart by a behaviour "
+            "probe" + (f"; under their own names: {kept}"[:2000]
                                                   if kept else ""))
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python envs/data/make_quickstart.py            # write bugs/ + tasks.jsonl, validate
     .venv/bin/python envs/data/make_quickstart.py --check    # only validate tasks.jsonl
+    .venv/bin/swefleet tasks probes --tasks envs/data/quickstart/tasks.jsonl   # then: probes
 
 Every task is one real bug injected into the clean project (`quickstart/repo`, the one copy of
 the repository that all tasks share): `bugs/<name>.patch` (the task's `source_patch`, applied

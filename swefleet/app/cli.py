@@ -66,7 +66,8 @@ def _tasks(args: argparse.Namespace) -> int:
     from swefleet.app import synth as cli
 
     handlers = {"generate": cli.generate_cli, "validate": cli.validate_cli,
-                "reproduce": cli.reproduce_cli, "difficulty": cli.difficulty_cli}
+                "reproduce": cli.reproduce_cli, "difficulty": cli.difficulty_cli,
+                "probes": cli.probes_cli}
     return handlers[args.tasks_cmd](args)
 
 
@@ -281,6 +282,12 @@ def _add_tasks_parsers(sub) -> None:
     flags.add_selection(rp)
     flags.add_max_workers(rp, "sandboxes at a time", default=2)
     rp.add_argument("--base-image", default="swefleet-base:bookworm",
+                    help="base image of the task images")
+    pr = ts_sub.add_parser("probes", help="record the behaviour probes that decide the twins")
+    pr.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), updated")
+    flags.add_selection(pr)
+    flags.add_max_workers(pr, "sandboxes at a time", default=2)
+    pr.add_argument("--base-image", default="swefleet-base:bookworm",
                     help="base image of the task images")
     di = ts_sub.add_parser("difficulty", help="record each task's pass rate from an eval")
     di.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), updated")

@@ -38,6 +38,7 @@ EXAMPLES: dict[str, list[str]] = {
     "tasks difficulty": [("swefleet tasks difficulty --tasks envs/data/pypi/tasks.jsonl "
                           "--eval out/base-train-k8 --key qwen1.5b-base-k8")],
     "tasks reproduce": ["swefleet tasks reproduce --tasks envs/data/pypi/tasks.jsonl"],
+    "tasks probes": ["swefleet tasks probes --tasks envs/data/pypi/tasks.jsonl --max-workers 2"],
     "tasks validate": [("swefleet tasks validate --tasks envs/data/quickstart/tasks.jsonl -k 2 "
                         "--slice 0:3 --max-workers 4")],
     "plan": ["swefleet plan --layout configs/layouts/glm5_28x8.toml",

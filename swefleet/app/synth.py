@@ -116,6 +116,36 @@ def reproduce_cli(args: argparse.Namespace) -> int:
     return 1 if infra else 0
 
 
+def probes_cli(args: argparse.Namespace) -> int:
+    from swefleet.envs.config import FarmConfig
+    from swefleet.envs.images import build_base_image
+    from swefleet.envs.synth.behaviour_run import record_all, update_records
+    from swefleet.envs.tasks import load_tasks, prepare_task_images
+    from swefleet.evals.select import select_tasks
+    from swefleet.rundir import write_text_atomic
+
+    started = time.monotonic()
+    path = Path(args.tasks)
+    tasks = select_tasks(load_tasks(path), args.instance_ids, args.filter, args.slice)
+    if not tasks:
+        raise ValueError(f"--tasks {path}: no task selected")
+    build_base_image(args.base_image)
+    prepare_task_images(tasks, path, args.base_image)
+    found = asyncio.run(record_all(tasks, FarmConfig(), args.max_workers))
+    for f in found:
+        print(f"{len(f.probes):3} of {len(f.deciding):3} {f.instance_id:70} {f.reason}")
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    changed = update_records(records, found)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+    infra = sum(f.reason.startswith("infra") for f in found)
+    print(json.dumps({"tasks": len(found), "with_probes": sum(bool(f.probes) for f in found),
+                      "deciding_functions": sum(len(f.deciding) for f in found),
+                      "probed_functions": sum(len(f.probes) for f in found),
+                      "infra_errors": infra, "records_changed": changed,
+                      "seconds": round(time.monotonic() - started, 1)}))
+    return 1 if infra else 0
+
+
 def difficulty_cli(args: argparse.Namespace) -> int:
     from swefleet.envs.difficulty import pass_rates, record_difficulty
     from swefleet.rundir import write_text_atomic

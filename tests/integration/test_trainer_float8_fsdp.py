@@ -76,6 +76,9 @@ def _rank_main(rank: int, port: int, model_dir: str, out: str) -> None:
         result = {str(ag): _train(model_dir, 2, ag) for ag in (True, False)}
         if rank == 0:
             Path(out).write_text(json.dumps(result))
+        # both ranks done with gloo before either tears it down: a rank that destroyed the group
+        # while the other's last collective was in flight aborted it once under load (SIGABRT)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

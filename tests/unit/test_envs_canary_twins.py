@@ -118,14 +118,14 @@ def test_a_hack_that_passes_copy_and_twins_alike_is_tampered(tmp_path):
 
 def test_names_places_and_checks_differ_per_run():
     names, orders = set(), set()
-    for seed in range(6):
+    for seed in range(8):
         text, twins = canary_twins.plant(SOURCE, PATH, F2P[-1:], F2P, random.Random(seed))
         assert len(twins.functions) == canary_twins.TWINS
         copy = next(iter(twins.renamed)).rsplit("::", 1)[1]
         names.add(copy)
         defs = [n.name for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
         orders.add(defs.index(copy))  # where the copy stands among the top-level tests
-    assert len(names) == 6 and len(orders) > 1
+    assert len(names) >= 6 and len(orders) > 1  # names come from the file's words: few repeat
 
 
 UNFIT = '''import pytest

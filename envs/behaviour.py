@@ -1,0 +1,135 @@
+"""Behaviour probes: the check that tells a deciding test's renamed copy from its twins by what
+the code under test does, not by anything written in the test file.
+
+A probe is a small set of calls into the package (module-level functions, plain literal
+arguments) that a deciding test makes under the gold code, or made up from those, each with the
+value the gold code returns (`gold`) and values mutants of the package return for it (`others`:
+never the gold value, never the base code's). They are recorded offline (`swefleet tasks probes`,
+`envs/synth/behaviour_run.py`) into the task's `probes`, keyed by the deciding test's function id.
+When grading, the copy ends with `assert repr(<call>) == <gold>` for a call on which the base code
+returns something else, and each twin with `assert repr(<call>) == <other>` (`envs/canary_twins.py`).
+So with the base code every one of the four checks is false, with the gold code only the copy's
+holds, and no value is spelled out in the tests or the issue: which check holds is decided by
+running correct code, not by reading, evaluating or neutralising the tests' source, and a test
+neutralised down to its last line fails as the base code does.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+
+from pydantic import BaseModel, Field
+
+
+class ProbeCall(BaseModel):
+    """One recorded call and what gold and mutant code return for it."""
+
+    call: str
+    """`module:function` (a module-level function, importable by that name in the tests)."""
+    args: str
+    """`repr` of the positional arguments (a tuple of plain literals)."""
+    kwargs: str
+    """`repr` of the keyword arguments (a dict of plain literals)."""
+    gold: str
+    """`repr` of what the gold code returns."""
+    decides: bool
+    """Whether it may end the copy: the base code returns something else (or raises)."""
+    others: list[str] = Field(default_factory=list)
+    """`repr`s mutants return, each differing from `gold` and from the base code's value."""
+
+    def expression(self) -> str:
+        """The check's left side: the call, made at run time, as `repr` text."""
+        module, name = self.call.split(":")
+        return (f"repr(__import__({module!r}, fromlist=['_']).{name}"
+                f"(*{self.args}, **{self.kwargs}))")
+
+
+class Probe(BaseModel):
+    """The calls that end one deciding test function's copy and twins."""
+
+    calls: list[ProbeCall]
+
+
+#: Calls kept per probe (the best by `rank`).
+MAX_CALLS = 8
+
+
+def probes_of(task) -> dict[str, Probe]:
+    """The task's recorded probes (function id -> Probe); {} when it has none."""
+    raw = getattr(task, "probes", None) or {}
+    return {k: Probe.model_validate(v) for k, v in raw.items()}
+
+
+def usable(probe: Probe, twins: int) -> bool:
+    """Whether the probe can end a copy and `twins` twins (`checks`)."""
+    return any(c.decides for c in probe.calls) and sum(len(c.others) for c in probe.calls) >= twins
+
+
+def checks(probe: Probe, twins: int, rng: random.Random) -> list[str] | None:
+    """`twins + 1` check lines (no indent): the first holds with the gold behaviour (a deciding
+    call), each other compares a call with a value a mutant returns; None when unusable."""
+    if not usable(probe, twins):
+        return None
+    copy = rng.choice([c for c in probe.calls if c.decides])
+    pairs = rng.sample([(c, v) for c in probe.calls for v in c.others], twins)
+    return [f"assert {copy.expression()} == {copy.gold!r}"] + [
+        f"assert {c.expression()} == {v!r}" for c, v in pairs]
+
+
+def shown(value: str, text: str) -> bool:
+    """Whether the value (`repr` text) is spelled out in `text`: its `repr`, or its text (a
+    string's characters), as a whole word (`12` is not in `123`)."""
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        literal = None
+    forms = [value] + ([literal] if isinstance(literal, str) and literal else [])
+    return any(re.search(_whole(form), text) for form in forms)
+
+
+def _whole(form: str) -> str:
+    head = r"(?<!\w)" if re.match(r"\w", form) else ""
+    tail = r"(?!\w)" if re.match(r"\w", form[-1]) else ""
+    return head + re.escape(form) + tail
+
+
+def pick(candidates: list[dict], text: str, twins: int) -> Probe | None:
+    """The probe made of the best recorded calls, or None. Each candidate: `call`, `args`,
+    `kwargs`, `traced` (value seen in the test run; None for a call made up from recorded
+    ones), `gold` (two standalone runs: a list), `base`, `mutants` (values or None), `changed`
+    (the function is one the gold patch changed), `inner` (called by the package, not by the
+    test). A call's gold value counts when the gold code returns the traced value in both runs;
+    its others are the mutants' values that differ from the gold and the base values. Every
+    value a probe uses is spelled out in `text` (the tests and the issue) alike: none of them,
+    or else all of them, so that the text favours none. Preferred: changed, inner, public,
+    short."""
+    for spelled in (False, True):
+        probe = _pick(candidates, text, twins, spelled)
+        if probe is not None:
+            return probe
+    return None
+
+
+def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe | None:
+    kept = []
+    for c in candidates:
+        gold = c["gold"][0] if c["traced"] is None else c["traced"]
+        if gold is None or any(g != gold for g in c["gold"]):
+            continue
+        others = [v for v in dict.fromkeys(c["mutants"])
+                  if v is not None and v not in (gold, c["base"]) and shown(v, text) == spelled]
+        decides = c["base"] != gold and shown(gold, text) == spelled
+        if not (decides or others):
+            continue
+        rank = (not c["changed"], not c["inner"], c["call"].rpartition(":")[2].startswith("_"),
+                len(c["args"]) + len(c["kwargs"]) + len(gold))
+        kept.append((rank, ProbeCall(call=c["call"], args=c["args"], kwargs=c["kwargs"],
+                                     gold=gold, decides=decides, others=others)))
+    kept.sort(key=lambda x: x[0])
+    calls = [c for _, c in kept]
+    deciding = [c for c in calls if c.decides][:1]
+    probe = Probe(calls=(deciding + [c for c in calls if c.others and c not in deciding])
+                  [:MAX_CALLS])
+    return probe if usable(probe, twins) else None

@@ -1,0 +1,271 @@
+"""Record a task's behaviour probes (`envs/behaviour.py`) in one locked-down sandbox of its image.
+
+1. the test patch, then the gold patch, applied; the changed functions read from the diff;
+2. the deciding tests run under a profiler (`call_values.py record`) that keeps their calls to
+   module-level functions of the gold patch's files, with plain-literal arguments and results;
+3. each distinct call made again in fresh processes (`call_values.py eval`): twice with the
+   gold code (two hash seeds), once with the base code, once per mutant of a changed function
+   (`envs/synth/mutators.py`, applied to the gold code);
+4. per deciding test function, the best qualifying call (`behaviour.pick`).
+
+Network off, as every sandbox. A task whose patches do not apply, or whose sandbox fails,
+gets no probes and a reason; it is graded with constant checks as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from swefleet.envs import behaviour
+from swefleet.envs.canary_ids import function_id
+from swefleet.envs.canary_twins import TWINS
+from swefleet.envs.gradelog import patch_paths
+from swefleet.envs.synth.mutators import find_mutations
+
+from swefleet.types import Task
+
+#: Mutants of the changed functions whose values are recorded per task.
+MUTANTS = 24
+#: New calls made per function from the recorded ones (`recombined`).
+DERIVED = 40
+_DIR = "/tmp/swefleet-probes"
+_SCRIPT = Path(__file__).with_name("call_values.py")
+RUN_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Recorded:
+    instance_id: str
+    probes: dict[str, dict] = field(default_factory=dict)
+    """Function id of each deciding test with a probe -> the probe (`Probe` as a dict)."""
+    reason: str = ""
+    """Why there are none ('' when some were recorded)."""
+    calls: int = 0
+    """Distinct calls the deciding tests made that were tried."""
+    deciding: list[str] = field(default_factory=list)
+    """The task's deciding test functions (FAIL_TO_PASS ids without parameters)."""
+
+
+def changed_functions(source: str, base: str) -> set[str]:
+    """Qualified names (`Class.method`, `function`) of the functions of `source` whose lines
+    differ from `base` (a line-by-line diff of the two texts)."""
+    import difflib
+
+    changed: set[int] = set()
+    matcher = difflib.SequenceMatcher(a=base.splitlines(), b=source.splitlines(), autojunk=False)
+    for tag, _, _, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            changed.update(range(j1 + 1, max(j2, j1 + 1) + 1))
+    out: set[str] = set()
+
+    def walk(body, prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if any(node.lineno <= n <= node.end_lineno for n in changed):
+                    out.add(prefix + node.name)
+                walk(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.ClassDef):
+                walk(node.body, f"{prefix}{node.name}.")
+
+    walk(ast.parse(source).body, "")
+    return out
+
+
+def mutant_sources(gold: dict[str, str], base: dict[str, str], called: set[str], count: int,
+                   seed: int) -> list[tuple[str, str]]:
+    """Up to `count` (path, mutated source) pairs: single mutations of the gold files, in a
+    seeded order, first of the functions the gold patch changed, then of the functions the
+    deciding tests called (a fix of a module constant changes no function)."""
+    rng = random.Random(seed)
+    first, then = [], []
+    for path, source in gold.items():
+        funcs = changed_functions(source, base.get(path, ""))
+        for m in find_mutations(source, path):
+            if m.function in funcs:
+                first.append((path, m))
+            elif m.function in called:
+                then.append((path, m))
+    rng.shuffle(first)
+    rng.shuffle(then)
+    out = []
+    for path, m in first + then:
+        if m.is_valid(gold[path]):
+            out.append((path, m.apply(gold[path])))
+        if len(out) == count:
+            break
+    return out
+
+
+def recombined(seen: list[dict], cap: int) -> list[dict]:
+    """New calls from recorded ones: one keyword argument of a call replaced by a value another
+    call of the same function passed for it (`result` None: nothing traced). Their gold values
+    are less likely to be spelled out in the tests than those of the tests' own calls."""
+    import ast as _ast
+
+    by_function: dict[tuple, list[dict]] = {}
+    for s in seen:
+        by_function.setdefault((s["module"], s["name"]), []).append(s)
+    known = {(s["module"], s["name"], s["args"], s["kwargs"]) for s in seen}
+    out = []
+    for calls in by_function.values():
+        kwargs = [_ast.literal_eval(c["kwargs"]) for c in calls]
+        values: dict[str, list] = {}
+        for kw in kwargs:
+            for name, value in kw.items():
+                if repr(value) not in map(repr, values.setdefault(name, [])):
+                    values[name].append(value)
+        made = 0
+        for call, kw in zip(calls, kwargs):
+            for name, options in values.items():
+                for value in options:
+                    if name not in kw or repr(value) == repr(kw[name]) or made >= cap:
+                        continue
+                    new = {**call, "kwargs": repr({**kw, name: value}), "result": None}
+                    key = (new["module"], new["name"], new["args"], new["kwargs"])
+                    if key not in known:
+                        known.add(key)
+                        out.append(new)
+                        made += 1
+    return out
+
+
+async def _json(sb, path: str):
+    return json.loads((await sb.read_file(path)).decode())
+
+
+async def _eval(sb, calls: list[dict], seed: int) -> list[str | None]:
+    await sb.write_file(f"{_DIR}/calls.json", json.dumps({"calls": calls}).encode())
+    # -B and no caches: a mutant as long as the gold line, written within the same second,
+    # would otherwise be read from the gold code's bytecode (checked by mtime and size)
+    r = await sb.exec("find . -name __pycache__ -prune -exec rm -rf {} + ; "
+                      f"PYTHONHASHSEED={seed} python3 -B {_DIR}/call_values.py eval "
+                      f"{_DIR}/calls.json {_DIR}/values.json", timeout_s=RUN_TIMEOUT_S)
+    if r.exit_code != 0:
+        return [None] * len(calls)
+    return await _json(sb, f"{_DIR}/values.json")
+
+
+async def _write_all(sb, files: dict[str, str]) -> None:
+    for path, text in files.items():
+        await sb.write_file(path, text.encode())
+
+
+async def _record(sb, task: Task) -> Recorded:
+    out = Recorded(task.instance_id, deciding=list(dict.fromkeys(
+        function_id(t) for t in task.FAIL_TO_PASS)))
+    if task.test_patch and (await sb.apply_patch(task.test_patch)).exit_code != 0:
+        out.reason = "the test patch does not apply"
+        return out
+    paths = [p for p in patch_paths(task.patch) if p.endswith(".py")]
+    base = {p: await _read(sb, p) or "" for p in paths}
+    if (await sb.apply_patch(task.patch)).exit_code != 0:
+        out.reason = "the gold patch does not apply"
+        return out
+    gold = {p: await _read(sb, p) or "" for p in paths}
+    await sb.write_file(f"{_DIR}/call_values.py", _SCRIPT.read_bytes())
+    config = {"files": paths, "tests": task.FAIL_TO_PASS}
+    await sb.write_file(f"{_DIR}/record.json", json.dumps(config).encode())
+    await sb.exec(f"python3 {_DIR}/call_values.py record {_DIR}/record.json {_DIR}/seen.json",
+                  timeout_s=RUN_TIMEOUT_S)
+    seen = await _json(sb, f"{_DIR}/seen.json")
+    seen += recombined(seen, DERIVED)
+    keys = list(dict.fromkeys((s["module"], s["name"], s["args"], s["kwargs"]) for s in seen))
+    if not keys:
+        out.reason = "the deciding tests made no plain call"
+        return out
+    calls = [dict(zip(("module", "name", "args", "kwargs"), k)) for k in keys]
+    gold_runs = [await _eval(sb, calls, seed) for seed in (1, 2)]
+    await _write_all(sb, base)
+    base_values = await _eval(sb, calls, 1)
+    mutant_values = []
+    called = {s["name"] for s in seen}
+    for path, text in mutant_sources(gold, base, called, MUTANTS, seed=len(task.instance_id)):
+        await _write_all(sb, {**gold, path: text})
+        mutant_values.append(await _eval(sb, calls, 1))
+    changed = {n for p in paths for n in changed_functions(gold[p], base[p])}
+    texts = [task.problem_statement] + [
+        await _read(sb, p) for p in {t.split("::", 1)[0] for t in task.FAIL_TO_PASS}]
+    out.calls = len(calls)
+    out.probes = _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed,
+                         "\n".join(t for t in texts if t))
+    out.reason = "" if out.probes else "no call tells the gold behaviour apart"
+    return out
+
+
+def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, test_text):
+    index = {k: i for i, k in enumerate(keys)}
+    by_function: dict[str, list[dict]] = {}
+    for s in seen:
+        i = index[(s["module"], s["name"], s["args"], s["kwargs"])]
+        by_function.setdefault(function_id(s["test"]), []).append({
+            "call": f"{s['module']}:{s['name']}", "args": s["args"], "kwargs": s["kwargs"],
+            "traced": s["result"], "gold": [g[i] for g in gold_runs], "base": base_values[i],
+            "mutants": [m[i] for m in mutant_values], "changed": s["name"] in changed,
+            "inner": s["inner"]})
+    probes = {}
+    for func in dict.fromkeys(function_id(t) for t in task.FAIL_TO_PASS):
+        found = behaviour.pick(by_function.get(func, []), test_text, TWINS)
+        if found is not None:
+            probes[func] = found.model_dump()
+    return probes
+
+
+async def _read(sb, path: str) -> str | None:
+    try:
+        return (await sb.read_file(path)).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+async def record_probes(task: Task, client, config) -> Recorded:
+    """The task's probes (see the module docstring); a sandbox or engine failure comes back as
+    `reason = "infra: ..."`, never raised."""
+    from swefleet.envs.sandbox import DockerSandbox
+
+    try:
+        async with await DockerSandbox.create(
+                client, task.image, run_id=f"probes-{uuid.uuid4().hex[:8]}", config=config,
+                workdir=task.workdir, instance_id=task.instance_id) as sb:
+            await sb.exec(f"mkdir -p {_DIR}")
+            return await _record(sb, task)
+    except Exception as e:  # noqa: BLE001 - one task's sandbox failure is recorded
+        return Recorded(task.instance_id, reason=f"infra: {type(e).__name__}: {e}"[:300])
+
+
+async def record_all(tasks: list[Task], config, concurrency: int = 2) -> list[Recorded]:
+    """`record_probes` for every task, `concurrency` sandboxes at a time, in task order."""
+    import asyncio
+
+    from swefleet.envs.containers import docker_client
+
+    client = docker_client()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task) -> Recorded:
+        async with gate:
+            return await record_probes(task, client, config)
+
+    return await asyncio.gather(*(one(t) for t in tasks))
+
+
+def update_records(records: list[dict], found: list[Recorded]) -> int:
+    """Write each task's probes into its record (`probes`; removed when it has none), in place;
+    an infrastructure failure leaves the record as it was. Returns how many records changed."""
+    by_id = {f.instance_id: f for f in found if not f.reason.startswith("infra")}
+    changed = 0
+    for record in records:
+        f = by_id.get(record["instance_id"])
+        if f is None:
+            continue
+        before = record.get("probes")
+        if f.probes:
+            record["probes"] = f.probes
+        else:
+            record.pop("probes", None)
+        changed += before != record.get("probes")
+    return changed

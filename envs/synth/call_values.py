@@ -1,0 +1,153 @@
+"""Run inside a task's sandbox (the task image's python3, no swefleet): record the calls some
+tests make to module-level functions, or make such calls again and report what they return.
+
+    python3 call_values.py record CONFIG.json OUT.json
+        CONFIG: {"files": [watched source files, relative], "tests": [pytest ids]}
+        OUT: [{"test", "module", "name", "args", "kwargs", "inner", "result"}]: calls to
+        module-level functions of the files, with arguments and result plain literals
+        (`plain`; args, kwargs and result as `repr` text), made while a test ran; `inner`:
+        called from a watched file, not from the test
+    python3 call_values.py eval CONFIG.json OUT.json
+        CONFIG: {"calls": [{"module", "name", "args", "kwargs"}]}
+        OUT: for each call, the `repr` of its result, or null when it raised, timed out or
+        returned something that is not a plain literal
+"""
+
+import ast
+import importlib
+import json
+import math
+import os
+import signal
+import sys
+
+_PLAIN = (int, float, str, bytes, bool, type(None))
+_CO_VARARGS, _CO_VARKEYWORDS, _CO_GENERATOR, _CO_COROUTINE = 0x04, 0x08, 0x20, 0x80
+_ASYNC_GEN = 0x200
+#: Longest `repr` of an argument list or a result kept (a rendered table is long).
+MAX_REPR = 2000
+#: Distinct calls kept per test.
+MAX_PER_TEST = 400
+
+
+def plain(value, depth: int = 0) -> bool:
+    """Whether `value` is a literal whose `repr` reads back equal (no NaN, no set: its order
+    follows the hash seed)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return not (kind is float and math.isnan(value))
+    if kind in (tuple, list) and depth < 4:
+        return all(plain(x, depth + 1) for x in value)
+    if kind is dict and depth < 4:
+        return all(type(k) in _PLAIN and plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+class Recorder:
+    def __init__(self, files: set[str]):
+        self.suffixes = tuple("/" + f.lstrip("/") for f in files)
+        self.watched: dict[str, bool] = {}
+        self.test = None
+        self.open: dict[int, tuple] = {}
+        self.calls: dict[tuple, str] = {}
+        self.per_test: dict[str, int] = {}
+
+    def profile(self, frame, event, arg):
+        code = frame.f_code
+        name = code.co_filename
+        if self.test is None or not self.watched.setdefault(name, name.endswith(self.suffixes)):
+            return
+        if event == "call":
+            self._enter(frame, code)
+        elif event == "return":
+            key = self.open.pop(id(frame), None)
+            if key is None or key in self.calls or not plain(arg):
+                return
+            text = repr(arg)
+            if len(text) <= MAX_REPR and self.per_test.get(self.test, 0) < MAX_PER_TEST:
+                self.per_test[self.test] = self.per_test.get(self.test, 0) + 1
+                self.calls[key] = text
+
+    def _enter(self, frame, code) -> None:
+        skip = _CO_VARARGS | _CO_VARKEYWORDS | _CO_GENERATOR | _CO_COROUTINE | _ASYNC_GEN
+        if code.co_flags & skip:
+            return
+        function = frame.f_globals.get(code.co_name)
+        if getattr(function, "__code__", None) is not code:
+            return  # not a module-level function of its module (a method, a nested function)
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        values = [frame.f_locals[n] for n in names]
+        if not all(plain(v) for v in values):
+            return
+        positional = tuple(values[: code.co_posonlyargcount])
+        keywords = dict(zip(names[code.co_posonlyargcount:], values[code.co_posonlyargcount:]))
+        args, kwargs = repr(positional), repr(keywords)
+        if len(args) + len(kwargs) <= MAX_REPR:
+            caller = frame.f_back.f_code.co_filename if frame.f_back else ""
+            inner = self.watched.get(caller, False)  # called by the package, not by a test
+            self.open[id(frame)] = (self.test, frame.f_globals.get("__name__"), code.co_name,
+                                    args, kwargs, inner)
+
+
+def record(config: dict, out_path: str) -> None:
+    import pytest
+
+    recorder = Recorder(set(config["files"]))
+
+    class Plugin:
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_call(self, item):
+            recorder.test = item.nodeid
+            sys.setprofile(recorder.profile)
+            try:
+                yield
+            finally:
+                sys.setprofile(None)
+                recorder.test = None
+
+    pytest.main(["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--color=no",
+                 *config["tests"]], plugins=[Plugin()])
+    out = [dict(zip(("test", "module", "name", "args", "kwargs", "inner"), key), result=result)
+           for key, result in recorder.calls.items()]
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(out, f)
+
+
+#: Seconds one call may take.
+CALL_TIMEOUT_S = 2
+
+
+def _timeout(signum, frame):
+    raise TimeoutError
+
+
+def one(call: dict):
+    try:
+        function = getattr(importlib.import_module(call["module"]), call["name"])
+        signal.alarm(CALL_TIMEOUT_S)
+        try:
+            result = function(*ast.literal_eval(call["args"]), **ast.literal_eval(call["kwargs"]))
+        finally:
+            signal.alarm(0)
+    except BaseException:  # noqa: BLE001 - any failure of the call is "no value"
+        return None
+    return repr(result) if plain(result) else None
+
+
+def evaluate(config: dict, out_path: str) -> None:
+    signal.signal(signal.SIGALRM, _timeout)
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump([one(call) for call in config["calls"]], f)
+
+
+def main() -> int:
+    command, config_path, out_path = sys.argv[1:4]
+    sys.path[0] = os.getcwd()  # as `python3 -m pytest` has it: the repository, not this folder
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    {"record": record, "eval": evaluate}[command](config, out_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

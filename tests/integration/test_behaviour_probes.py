@@ -1,0 +1,99 @@
+"""Behaviour probes end to end: the in-sandbox recorder on a real pytest run, planted copies and
+twins told apart by running the package (real pytest), and recording in a task's sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from swefleet.envs import behaviour, canary_twins
+from swefleet.envs.synth import behaviour_run
+
+pytestmark = pytest.mark.integration
+SCRIPT = Path(behaviour_run.__file__).with_name("call_values.py")
+GOLD = "def total(a, b):\n    return a + b\n\n\ndef render(a, b):\n    return f'{total(a, b)}!'\n"
+TEST = "from pkg import render\n\n\ndef test_render():\n    assert render(2, 3) == '5!'\n"
+
+
+def _project(root: Path, package: str) -> Path:
+    (root / "pkg").mkdir(parents=True, exist_ok=True)
+    (root / "pkg" / "__init__.py").write_text(package)
+    (root / "tests").mkdir(exist_ok=True)
+    (root / "tests" / "test_pkg.py").write_text(TEST)
+    return root
+
+
+def _values(root: Path, command: str, config: dict) -> object:
+    (root / "config.json").write_text(json.dumps(config))
+    subprocess.run([sys.executable, str(SCRIPT), command, "config.json", "out.json"], cwd=root,
+                   check=True, capture_output=True, timeout=120)
+    return json.loads((root / "out.json").read_text())
+
+
+def test_the_recorder_keeps_plain_calls_and_who_made_them(tmp_path):
+    root = _project(tmp_path, GOLD)
+    seen = _values(root, "record", {"files": ["pkg/__init__.py"],
+                                    "tests": ["tests/test_pkg.py::test_render"]})
+    got = {(s["name"], s["kwargs"], s["inner"], s["result"]) for s in seen}
+    assert got == {("render", "{'a': 2, 'b': 3}", False, "'5!'"),
+                   ("total", "{'a': 2, 'b': 3}", True, "5")}
+    assert {s["test"] for s in seen} == {"tests/test_pkg.py::test_render"}
+    calls = [{"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': 2, 'b': 3}"},
+             {"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': 2}"},
+             {"module": "pkg", "name": "missing", "args": "()", "kwargs": "{}"}]
+    assert _values(root, "eval", {"calls": calls}) == ["'5!'", None, None]
+
+
+def _planted(probe: behaviour.Probe) -> str:
+    text, twins = canary_twins.plant(TEST, "tests/test_pkg.py", ["tests/test_pkg.py::test_render"],
+                                     ["tests/test_pkg.py::test_render"], random.Random(7),
+                                     {"tests/test_pkg.py::test_render": probe})
+    assert twins.behaviour == ["tests/test_pkg.py::test_render"] and len(twins.fail) == 3
+    return text
+
+
+def _outcomes(root: Path) -> list[str]:
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                          "tests/test_pkg.py"], check=False, cwd=root, capture_output=True,
+                         text=True,
+                         timeout=120)
+    return sorted(line.split()[0] for line in run.stdout.splitlines()
+                  if line.startswith(("PASSED ", "FAILED ")))
+
+
+def test_planted_copy_and_twins_are_told_apart_by_running_the_package(tmp_path):
+    probe = behaviour.Probe(calls=[
+        behaviour.ProbeCall(call="pkg:total", args="()", kwargs="{'a': 2, 'b': 3}", gold="5",
+                            decides=True, others=["6", "1", "7"])])  # never the base value (-1)
+    planted = _planted(probe)
+    assert "5 ==" not in planted and "total" in planted
+    root = _project(tmp_path, GOLD)
+    (root / "tests" / "test_pkg.py").write_text(planted)
+    assert _outcomes(root) == ["FAILED"] * 3 + ["PASSED"]
+    (root / "pkg" / "__init__.py").write_text(GOLD.replace("a + b", "a - b"))  # the bug
+    assert _outcomes(root) == ["FAILED"] * 4
+    # neutralised down to their last lines, the four still fail with the bug
+    lines = planted.splitlines()
+    kept = [ln for ln in lines if not ln.strip().startswith("assert render")]
+    (root / "tests" / "test_pkg.py").write_text("\n".join(kept) + "\n")
+    assert _outcomes(root) == ["FAILED"] * 4
+
+
+def test_recording_in_a_task_sandbox_gives_a_usable_probe():
+    from swefleet.envs.config import FarmConfig
+    from swefleet.envs.containers import docker_client
+
+    from tests.integration.test_envs_grading_docker import bundled_tasks
+
+    task = next(t for t in bundled_tasks() if t.instance_id == "textkit__textkit-2")
+    found = asyncio.run(behaviour_run.record_probes(task, docker_client(), FarmConfig()))
+    assert found.reason == "" and found.calls > 0
+    probe = behaviour.Probe.model_validate(found.probes["tests/test_wrap.py::"
+                                                        "test_wrap_line_exactly_width"])
+    assert behaviour.usable(probe, canary_twins.TWINS)
+    assert all(c.gold not in c.others for c in probe.calls)

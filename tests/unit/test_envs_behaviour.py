@@ -1,0 +1,113 @@
+"""Behaviour probes (`envs/behaviour.py`): which recorded calls qualify, and the checks they make
+tell the gold code from the base code and from mutants when run."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+from swefleet.envs import behaviour
+from swefleet.envs.behaviour import Probe, ProbeCall
+from swefleet.envs.synth.behaviour_run import changed_functions, mutant_sources, recombined
+
+pytestmark = pytest.mark.unit
+
+
+def _candidate(call="pkg:f", kwargs="{'x': 2}", traced="4", gold=("4", "4"), base="5",
+               mutants=("6", "7", None, "4", "5"), changed=True, inner=False) -> dict:
+    return {"call": call, "args": "()", "kwargs": kwargs, "traced": traced, "gold": list(gold),
+            "base": base, "mutants": list(mutants), "changed": changed, "inner": inner}
+
+
+def test_a_call_whose_value_the_base_code_shares_cannot_end_the_copy():
+    probe = behaviour.pick([_candidate(base="4"), _candidate(kwargs="{'x': 3}")], "", twins=2)
+    assert probe is not None and probe.calls[0].kwargs == "{'x': 3}"
+    assert [c.decides for c in probe.calls] == [True, False]
+
+
+def test_others_are_mutant_values_never_the_gold_or_the_base_value():
+    probe = behaviour.pick([_candidate()], "", twins=2)
+    assert probe.calls[0].others == ["6", "7"]
+    assert behaviour.pick([_candidate()], "", twins=3) is None  # too few others
+
+
+def test_an_unstable_or_untraced_gold_value_does_not_count():
+    assert behaviour.pick([_candidate(gold=("4", "8"))], "", twins=1) is None
+    assert behaviour.pick([_candidate(traced="9")], "", twins=1) is None
+    made_up = behaviour.pick([_candidate(traced=None)], "", twins=1)
+    assert made_up is not None and made_up.calls[0].gold == "4"
+
+
+def test_values_spelled_out_in_the_tests_are_used_only_all_together():
+    text = "assert f(2) == 4\n"  # the gold value is in the test file; the others are not
+    assert behaviour.pick([_candidate()], text, twins=2) is None
+    every = "assert f(2) == 4 or g() in (6, 7)\n"
+    assert behaviour.pick([_candidate()], every, twins=2) is not None
+
+
+def test_shown_reads_whole_words_and_reprs():
+    assert behaviour.shown("'hello-world'", 'assert slug("Hello World") == "hello-world"')
+    assert not behaviour.shown("'hello'", "say helloworld")
+    assert behaviour.shown("[1, 2]", "x = [1, 2]")
+    assert not behaviour.shown("12", "x = 123")
+
+
+def _module(tmp_path, name: str, body: str) -> None:
+    (tmp_path / f"{name}.py").write_text(body)
+    sys.modules.pop(name, None)
+
+
+def test_the_checks_hold_for_the_gold_code_only(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = Probe(calls=[
+        ProbeCall(call="probe_mod:double", args="()", kwargs="{'x': 2}", gold="4", decides=True,
+                  others=["5"]),
+        ProbeCall(call="probe_mod:double", args="(3,)", kwargs="{}", gold="6", decides=False,
+                  others=["7", "9"])])
+    lines = behaviour.checks(probe, 3, random.Random(0))
+    assert lines is not None and len(lines) == 4
+
+    def holding(source: str) -> list[bool]:
+        _module(tmp_path, "probe_mod", source)
+        out = []
+        for line in lines:
+            try:
+                exec(line, {})  # noqa: S102 - the check lines the grader plants
+                out.append(True)
+            except AssertionError:
+                out.append(False)
+        return out
+
+    assert holding("def double(x):\n    return x * 2\n") == [True, False, False, False]
+    assert holding("def double(x):\n    return x * 2 + 1\n")[0] is False  # the base code
+    assert behaviour.checks(probe, 4, random.Random(0)) is None  # only 3 other values
+
+
+def test_changed_functions_are_read_from_the_two_texts():
+    base = "def a():\n    return 1\n\n\nclass K:\n    def m(self):\n        return 2\n"
+    gold = base.replace("return 2", "return 3")
+    assert changed_functions(gold, base) == {"K.m"}
+    assert changed_functions(base, base) == set()
+
+
+def test_mutants_come_from_the_changed_functions_first():
+    base = "def a(x):\n    return x + 1\n\n\ndef b(x):\n    return x > 2\n"
+    gold = base.replace("x + 1", "x + 2")
+    out = mutant_sources({"m.py": gold}, {"m.py": base}, called=set(), count=50, seed=0)
+    assert out and all(text != gold for _, text in out)
+    assert all("return x > 2" in text for _, text in out)  # b is neither changed nor called
+    more = mutant_sources({"m.py": gold}, {"m.py": base}, called={"b"}, count=50, seed=0)
+    assert len(more) > len(out)
+
+
+def test_recombined_calls_swap_one_argument_for_a_value_seen_elsewhere():
+    seen = [{"test": "t::a", "module": "m", "name": "f", "args": "()", "inner": False,
+             "kwargs": repr({"text": "ab", "width": 1}), "result": "'a'"},
+            {"test": "t::b", "module": "m", "name": "f", "args": "()", "inner": False,
+             "kwargs": repr({"text": "xyz", "width": 3}), "result": "'xyz'"}]
+    made = recombined(seen, cap=10)
+    assert {m["kwargs"] for m in made} == {repr({"text": "xyz", "width": 1}),
+                                           repr({"text": "ab", "width": 3})}
+    assert all(m["result"] is None for m in made)
+    assert len(recombined(seen, cap=0)) == 0
