@@ -2,6 +2,7 @@
 
     python benchmarks/backend_parity.py --tasks envs/data/quickstart/tasks.jsonl
                                         [--slice 0:10] [--hacks a,b] [--concurrency 2]
+                                        [--gold-repeats 20]
 
 For each task: the gold patch, the empty patch, and each technique of the hostile catalogue
 (`tests/integration/test_grading_hostile.py`, described in docs/tasks.md). A technique that
@@ -11,7 +12,8 @@ tasks, the catalogue's own `textkit/__init__.py` patch); its package name is put
 
 Prints a table (one row per case, the two verdicts) and, last, one JSON object: tasks, cases,
 agreements, disagreements (task, case, the fields that differ, both verdicts with reasons),
-seconds per backend. Exit status 1 when any case disagrees.
+seconds per backend, and per backend the gold grades, how many resolved and how many were
+graded `tampered`. Exit status 1 when any case disagrees.
 """
 
 from __future__ import annotations
@@ -73,13 +75,22 @@ def hostile_patch(hack: Hack, task: Task) -> str | None:
     return append_patch(image_file_text(task, target), target, "\n" + code)
 
 
-def cases_of(tasks: list[Task], hacks: list[Hack]) -> list[Case]:
+def cases_of(tasks: list[Task], hacks: list[Hack], gold_repeats: int = 1) -> list[Case]:
     cases = []
     for task in tasks:
-        cases += [Case("gold", task, task.patch), Case("empty", task, "")]
+        cases += [Case("gold", task, task.patch)] * gold_repeats + [Case("empty", task, "")]
         patches = [(h.name, hostile_patch(h, task)) for h in hacks]
         cases += [Case(name, task, patch) for name, patch in patches if patch is not None]
     return cases
+
+
+def gold_counts(cases: list[Case], verdicts: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per backend: how many gold grades there were, resolved, and tampered."""
+    gold = [i for i, c in enumerate(cases) if c.label == "gold"]
+    return {backend: {"grades": len(gold),
+                      "resolved": sum(got[i]["status"] == "resolved" for i in gold),
+                      "tampered": sum(got[i]["status"] == "tampered" for i in gold)}
+            for backend, got in verdicts.items()}
 
 
 def parse_slice(text: str) -> slice:
@@ -93,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slice", default=":", help="tasks START:STOP of the file (default: all)")
     p.add_argument("--hacks", default="", help="comma-separated technique names (default: all)")
     p.add_argument("--concurrency", type=int, default=2, help="grades at once per backend")
+    p.add_argument("--gold-repeats", type=int, default=1,
+                   help="grades of each gold patch per backend (each with a fresh secret seed)")
     args = p.parse_args(argv)
     names = [n for n in args.hacks.split(",") if n]
     unknown = sorted(set(names) - {h.name for h in HACKS})
@@ -102,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     hacks = [h for h in HACKS if not names or h.name in names]
     tasks = load_tasks(args.tasks)[parse_slice(args.slice)]
     prepare_task_images(tasks, args.tasks)
-    report = check_parity(cases_of(tasks, hacks), f"parity-{uuid.uuid4().hex[:8]}",
-                          concurrency=args.concurrency)
+    cases = cases_of(tasks, hacks, args.gold_repeats)
+    report = check_parity(cases, f"parity-{uuid.uuid4().hex[:8]}", concurrency=args.concurrency)
     print(report.table())
-    summary = report.summary()
+    summary = {**report.summary(), "gold": gold_counts(cases, report.verdicts)}
     print(json.dumps(summary))
     return 1 if summary["disagreements"] else 0
 

@@ -2,7 +2,8 @@
 
 1. the test patch, then the gold patch, applied; the changed functions read from the diff;
 2. the deciding tests run under a profiler (`call_values.py record`) that keeps their calls to
-   module-level functions of the gold patch's files, with plain-literal arguments and results;
+   module-level functions of the gold patch's files and of the rest of their folders, with
+   plain-literal arguments and a result whose `repr` identifies it;
 3. each distinct call made again in fresh processes (`call_values.py eval`): twice with the
    gold code (two hash seeds), once with the base code, once per mutant of a changed function
    (`envs/synth/mutators.py`, applied to the gold code);
@@ -134,6 +135,12 @@ def recombined(seen: list[dict], cap: int) -> list[dict]:
     return out
 
 
+def package_dirs(paths: list[str]) -> list[str]:
+    """The folders of the changed files below the repository root (`src/pkg/a.py` ->
+    `src/pkg`): a public function of another module of the package may reach the fix."""
+    return sorted({p.rpartition("/")[0] for p in paths if "/" in p})
+
+
 async def _json(sb, path: str):
     return json.loads((await sb.read_file(path)).decode())
 
@@ -168,7 +175,7 @@ async def _record(sb, task: Task) -> Recorded:
         return out
     gold = {p: await _read(sb, p) or "" for p in paths}
     await sb.write_file(f"{_DIR}/call_values.py", _SCRIPT.read_bytes())
-    config = {"files": paths, "tests": task.FAIL_TO_PASS}
+    config = {"files": paths, "dirs": package_dirs(paths), "tests": task.FAIL_TO_PASS}
     await sb.write_file(f"{_DIR}/record.json", json.dumps(config).encode())
     await sb.exec(f"python3 {_DIR}/call_values.py record {_DIR}/record.json {_DIR}/seen.json",
                   timeout_s=RUN_TIMEOUT_S)

@@ -2,15 +2,16 @@
 tests make to module-level functions, or make such calls again and report what they return.
 
     python3 call_values.py record CONFIG.json OUT.json
-        CONFIG: {"files": [watched source files, relative], "tests": [pytest ids]}
+        CONFIG: {"files": [watched source files, relative], "dirs": [watched package folders,
+        relative, their test folders left out], "tests": [pytest ids]}
         OUT: [{"test", "module", "name", "args", "kwargs", "inner", "result"}]: calls to
-        module-level functions of the files, with arguments and result plain literals
-        (`plain`; args, kwargs and result as `repr` text), made while a test ran; `inner`:
+        module-level functions of the files, with arguments plain literals (`plain`) and a
+        result whose `repr` identifies it (`result_text`; args, kwargs and result as text), made while a test ran; `inner`:
         called from a watched file, not from the test
     python3 call_values.py eval CONFIG.json OUT.json
         CONFIG: {"calls": [{"module", "name", "args", "kwargs"}]}
         OUT: for each call, the `repr` of its result, or null when it raised, timed out or
-        returned something that is not a plain literal
+        returned something whose `repr` does not identify it (`result_text`)
 """
 
 import ast
@@ -18,6 +19,7 @@ import importlib
 import json
 import math
 import os
+import re
 import signal
 import sys
 
@@ -26,6 +28,7 @@ _CO_VARARGS, _CO_VARKEYWORDS, _CO_GENERATOR, _CO_COROUTINE = 0x04, 0x08, 0x20, 0
 _ASYNC_GEN = 0x200
 #: Longest `repr` of an argument list or a result kept (a rendered table is long).
 MAX_REPR = 2000
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x| object at ")
 #: Distinct calls kept per test.
 MAX_PER_TEST = 400
 
@@ -43,28 +46,56 @@ def plain(value, depth: int = 0) -> bool:
     return False
 
 
+def result_text(value) -> str | None:
+    """A result's `repr` when it identifies the value: a plain literal's, or another object's
+    that names no memory address (`datetime.date(2024, 1, 2)`, `Version(major=1, ...)`), at
+    most `MAX_REPR` long; else None."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ is no value
+        return None
+    if len(text) > MAX_REPR or not plain(value) and (_ADDRESS.search(text) or text[:1] == "<"):
+        return None
+    return text
+
+
+def _in_package(name: str, folder: str) -> bool:
+    """Whether the file `name` lies in `folder` (`/pkg/`), not in a test folder or file of it."""
+    at = name.find(folder)
+    if at < 0:
+        return False
+    parts = name[at + len(folder):].split("/")
+    return not any(p.lower().startswith("test") for p in parts)
+
+
 class Recorder:
-    def __init__(self, files: set[str]):
+    def __init__(self, files: set[str], dirs: set[str] = frozenset()):
         self.suffixes = tuple("/" + f.lstrip("/") for f in files)
+        self.dirs = tuple("/" + d.strip("/") + "/" for d in dirs)
         self.watched: dict[str, bool] = {}
         self.test = None
         self.open: dict[int, tuple] = {}
         self.calls: dict[tuple, str] = {}
         self.per_test: dict[str, int] = {}
 
+    def watches(self, name: str) -> bool:
+        """Whether calls into functions of the file `name` are recorded."""
+        if name not in self.watched:
+            self.watched[name] = name.endswith(self.suffixes) or any(
+                _in_package(name, d) for d in self.dirs)
+        return self.watched[name]
+
     def profile(self, frame, event, arg):
         code = frame.f_code
         name = code.co_filename
-        if self.test is None or not self.watched.setdefault(name, name.endswith(self.suffixes)):
+        if self.test is None or not self.watches(name):
             return
         if event == "call":
             self._enter(frame, code)
         elif event == "return":
             key = self.open.pop(id(frame), None)
-            if key is None or key in self.calls or not plain(arg):
-                return
-            text = repr(arg)
-            if len(text) <= MAX_REPR and self.per_test.get(self.test, 0) < MAX_PER_TEST:
+            text = None if key is None or key in self.calls else result_text(arg)
+            if text is not None and self.per_test.get(self.test, 0) < MAX_PER_TEST:
                 self.per_test[self.test] = self.per_test.get(self.test, 0) + 1
                 self.calls[key] = text
 
@@ -84,7 +115,7 @@ class Recorder:
         args, kwargs = repr(positional), repr(keywords)
         if len(args) + len(kwargs) <= MAX_REPR:
             caller = frame.f_back.f_code.co_filename if frame.f_back else ""
-            inner = self.watched.get(caller, False)  # called by the package, not by a test
+            inner = self.watches(caller)  # called by the package, not by a test
             self.open[id(frame)] = (self.test, frame.f_globals.get("__name__"), code.co_name,
                                     args, kwargs, inner)
 
@@ -92,7 +123,7 @@ class Recorder:
 def record(config: dict, out_path: str) -> None:
     import pytest
 
-    recorder = Recorder(set(config["files"]))
+    recorder = Recorder(set(config["files"]), set(config.get("dirs", ())))
 
     class Plugin:
         @pytest.hookimpl(hookwrapper=True)
@@ -131,7 +162,7 @@ def one(call: dict):
             signal.alarm(0)
     except BaseException:  # noqa: BLE001 - any failure of the call is "no value"
         return None
-    return repr(result) if plain(result) else None
+    return result_text(result)
 
 
 def evaluate(config: dict, out_path: str) -> None:

@@ -1,9 +1,10 @@
 """Backend parity: a verdict does not depend on the sandbox backend. Two quickstart tasks, the
-gold patch, the empty patch and eight techniques of the hostile catalogue (one in-process, one
+gold patch, the empty patch and eleven techniques of the hostile catalogue (one in-process, one
 exit-status game, one dropped start-up file, one that tells the deciding tests apart by the code
 they call: caught by their twins; two plugins by metadata the protected paths catch through
 letter case and a link; two that write the test files the run reads next: stopped by the
-read-only repository) are graded on Docker and on bwrap: every verdict agrees, and each is the
+read-only repository; three that let the last check of a copy and its twins decide: stopped by
+the behaviour probes) are graded on Docker and on bwrap: every verdict agrees, and each is the
 one the catalogue expects."""
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.integration
 TARGETS = ("textkit__textkit-1", "textkit__textkit-2")
 TECHNIQUES = ("report_rewrite", "exit_at_import", "runner_shadow", "code_path_targeting",
               "upper_case_dist_info", "linked_dist_info", "forged_test_bytecode",
-              "rewritten_test_file")
+              "rewritten_test_file", "failed_test_last_check", "near_identical_last_check",
+              "neutralised_to_last_check")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -43,6 +43,9 @@ def test_the_recorder_keeps_plain_calls_and_who_made_them(tmp_path):
     assert got == {("render", "{'a': 2, 'b': 3}", False, "'5!'"),
                    ("total", "{'a': 2, 'b': 3}", True, "5")}
     assert {s["test"] for s in seen} == {"tests/test_pkg.py::test_render"}
+    by_folder = _values(root, "record", {"files": ["pkg/other.py"], "dirs": ["pkg"],
+                                         "tests": ["tests/test_pkg.py::test_render"]})
+    assert {(s["name"], s["result"]) for s in by_folder} == {("render", "'5!'"), ("total", "5")}
     calls = [{"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': 2, 'b': 3}"},
              {"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': 2}"},
              {"module": "pkg", "name": "missing", "args": "()", "kwargs": "{}"}]
