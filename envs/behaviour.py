@@ -85,8 +85,8 @@ def shown(value: str, text: str) -> bool:
         literal = ast.literal_eval(value)
     except (ValueError, SyntaxError):
         literal = None
-    forms = [value] + ([literal] if isinstance(literal, str) and literal else [])
-    return any(re.search(_whole(form), text) for form in forms)
+    forms = [value] + ([literal] if isinstance(literal, str) else [])
+    return any(re.search(_whole(form), text) for form in forms if form)
 
 
 def _whole(form: str) -> str:

@@ -175,7 +175,10 @@ async def _record(sb, task: Task) -> Recorded:
         return out
     gold = {p: await _read(sb, p) or "" for p in paths}
     await sb.write_file(f"{_DIR}/call_values.py", _SCRIPT.read_bytes())
-    config = {"files": paths, "dirs": package_dirs(paths), "tests": task.FAIL_TO_PASS}
+    # whole files, not the ids: one id pytest does not find (parameters named differently
+    # outside the test command's environment) would stop the run
+    config = {"files": paths, "dirs": package_dirs(paths), "functions": out.deciding,
+              "tests": sorted({t.split("::", 1)[0] for t in task.FAIL_TO_PASS})}
     await sb.write_file(f"{_DIR}/record.json", json.dumps(config).encode())
     await sb.exec(f"python3 {_DIR}/call_values.py record {_DIR}/record.json {_DIR}/seen.json",
                   timeout_s=RUN_TIMEOUT_S)

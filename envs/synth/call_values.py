@@ -3,7 +3,8 @@ tests make to module-level functions, or make such calls again and report what t
 
     python3 call_values.py record CONFIG.json OUT.json
         CONFIG: {"files": [watched source files, relative], "dirs": [watched package folders,
-        relative, their test folders left out], "tests": [pytest ids]}
+        relative, their test folders left out], "tests": [pytest arguments: test files],
+        "functions": [test function ids (`path::[Class::]name`) whose calls are recorded]}
         OUT: [{"test", "module", "name", "args", "kwargs", "inner", "result"}]: calls to
         module-level functions of the files, with arguments plain literals (`plain`) and a
         result whose `repr` identifies it (`result_text`; args, kwargs and result as text), made while a test ran; `inner`:
@@ -54,7 +55,7 @@ def result_text(value) -> str | None:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a broken __repr__ is no value
         return None
-    if len(text) > MAX_REPR or not plain(value) and (_ADDRESS.search(text) or text[:1] == "<"):
+    if not text or len(text) > MAX_REPR or not plain(value) and (_ADDRESS.search(text) or text[:1] == "<"):
         return None
     return text
 
@@ -124,10 +125,14 @@ def record(config: dict, out_path: str) -> None:
     import pytest
 
     recorder = Recorder(set(config["files"]), set(config.get("dirs", ())))
+    wanted = set(config.get("functions", ()))
 
     class Plugin:
         @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_call(self, item):
+            if wanted and item.nodeid.split("[", 1)[0] not in wanted:
+                yield
+                return
             recorder.test = item.nodeid
             sys.setprofile(recorder.profile)
             try:

@@ -46,6 +46,9 @@ def test_the_recorder_keeps_plain_calls_and_who_made_them(tmp_path):
     by_folder = _values(root, "record", {"files": ["pkg/other.py"], "dirs": ["pkg"],
                                          "tests": ["tests/test_pkg.py::test_render"]})
     assert {(s["name"], s["result"]) for s in by_folder} == {("render", "'5!'"), ("total", "5")}
+    others = _values(root, "record", {"files": ["pkg/__init__.py"], "tests": ["tests"],
+                                      "functions": ["tests/test_pkg.py::test_other"]})
+    assert others == []  # only the named test functions' calls are kept
     calls = [{"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': 2, 'b': 3}"},
              {"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': 2}"},
              {"module": "pkg", "name": "missing", "args": "()", "kwargs": "{}"}]
