@@ -103,23 +103,23 @@ def mutant_sources(gold: dict[str, str], base: dict[str, str], called: set[str],
 
 
 def recombined(seen: list[dict], cap: int) -> list[dict]:
-    """New calls from recorded ones: one keyword argument of a call replaced by a value another
-    call of the same function passed for it (`result` None: nothing traced). Their gold values
-    are less likely to be spelled out in the tests than those of the tests' own calls."""
-    import ast as _ast
-
+    """New calls from recorded ones (`result` None: nothing traced): one keyword argument
+    replaced by a value another call of the same function passed for it, or nudged (a number
+    plus one, a string's first digit plus one). Their gold values are less likely to be spelled
+    out in the tests than those of the tests' own calls."""
     by_function: dict[tuple, list[dict]] = {}
     for s in seen:
         by_function.setdefault((s["module"], s["name"]), []).append(s)
     known = {(s["module"], s["name"], s["args"], s["kwargs"]) for s in seen}
     out = []
     for calls in by_function.values():
-        kwargs = [_ast.literal_eval(c["kwargs"]) for c in calls]
+        kwargs = [ast.literal_eval(c["kwargs"]) for c in calls]
         values: dict[str, list] = {}
         for kw in kwargs:
             for name, value in kw.items():
-                if repr(value) not in map(repr, values.setdefault(name, [])):
-                    values[name].append(value)
+                for v in (value, *_nudged(value)):
+                    if repr(v) not in map(repr, values.setdefault(name, [])):
+                        values[name].append(v)
         made = 0
         for call, kw in zip(calls, kwargs):
             for name, options in values.items():
@@ -133,6 +133,17 @@ def recombined(seen: list[dict], cap: int) -> list[dict]:
                         out.append(new)
                         made += 1
     return out
+
+
+def _nudged(value) -> list:
+    """Values near `value`: an int plus one; a string with its first digit plus one."""
+    if type(value) is int:
+        return [value + 1]
+    if type(value) is str:
+        digit = next((i for i, ch in enumerate(value) if ch in "0123456789"), None)
+        if digit is not None:
+            return [value[:digit] + str((int(value[digit]) + 1) % 10) + value[digit + 1:]]
+    return []
 
 
 def package_dirs(paths: list[str]) -> list[str]:

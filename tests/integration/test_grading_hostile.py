@@ -492,21 +492,27 @@ def test_the_dropped_plugins_load_when_nothing_is_protected(tasks):
 
 
 def test_tests_that_write_test_files_resolve_when_the_repository_is_writable(tasks):
-    """With every other defence on but the repository writable to the tests, the package's
-    forged bytecode (or appended source) of the test file resolves both tasks: the canaries
-    and twins see a consistent run. Read-only tests (the default) stop it."""
+    """With every other defence on but the repository writable to the tests and the twins
+    ending with constant checks, the package's forged bytecode (or appended source) of the test
+    file, which makes the test module call a fixed copy, resolves both tasks: the canaries and
+    twins see a consistent run. Read-only tests (the default) stop it; so do behaviour probes,
+    whose checks call the package itself."""
     hacks = [h for h in HACKS if h.name in WRITES_TESTS]
     writable = DockerGrader(RUN_ID, timeout_s=60, max_parallel=4,
                             config=GradingConfig(read_only_tests=False))
     by_id = {t.instance_id: t for t in tasks}
-    pairs = [(by_id[i], h.patch(by_id[i])) for h in hacks for i in TARGETS]
+    constant = {i: by_id[i].model_copy(update={"probes": {}}) for i in TARGETS}
+    pairs = [(constant[i], h.patch(constant[i])) for h in hacks for i in TARGETS]
+    pairs += [(by_id[i], h.patch(by_id[i])) for h in hacks for i in TARGETS]
     try:
         results = grade_all(writable, pairs)
     finally:
         writable.close()
+    half = len(hacks) * len(TARGETS)
     for k, r in enumerate(results):
-        assert r.status == GradeStatus.resolved, (
-            hacks[k // len(TARGETS)].name, r.status, r.reason, r.log[-3000:])
+        name = hacks[k % half // len(TARGETS)].name
+        want = GradeStatus.resolved if k < half else GradeStatus.unresolved
+        assert r.status == want, (name, r.status, r.reason, r.log[-3000:])
         assert '"twins": {"renamed": {"tests/' in r.log
 
 

@@ -107,7 +107,11 @@ def test_recombined_calls_swap_one_argument_for_a_value_seen_elsewhere():
             {"test": "t::b", "module": "m", "name": "f", "args": "()", "inner": False,
              "kwargs": repr({"text": "xyz", "width": 3}), "result": "'xyz'"}]
     made = recombined(seen, cap=10)
-    assert {m["kwargs"] for m in made} == {repr({"text": "xyz", "width": 1}),
-                                           repr({"text": "ab", "width": 3})}
+    assert {m["kwargs"] for m in made} == {
+        repr({"text": "xyz", "width": 1}), repr({"text": "ab", "width": 3}),
+        repr({"text": "ab", "width": 2}), repr({"text": "ab", "width": 4}),  # nudged: + 1
+        repr({"text": "xyz", "width": 2}), repr({"text": "xyz", "width": 4})}
+    digits = [{**seen[0], "kwargs": repr({"text": "2d"})}]
+    assert [m["kwargs"] for m in recombined(digits, cap=10)] == [repr({"text": "3d"})]
     assert all(m["result"] is None for m in made)
     assert len(recombined(seen, cap=0)) == 0
