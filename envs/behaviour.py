@@ -9,8 +9,8 @@ never the gold value, never the base code's). They are recorded offline (`swefle
 When grading, the copy ends with `assert repr(<call>) == <gold>` for a call on which the base code
 returns something else, and each twin with `assert repr(<call>) == <other>` (`envs/canary_twins.py`).
 So with the base code every one of the four checks is false, with the gold code only the copy's
-holds, and no value is spelled out in the tests or the issue: which check holds is decided by
-running correct code, not by reading, evaluating or neutralising the tests' source, and a test
+holds, and the tests and the issue spell out none of the values (or, where no probe can be made
+so, all of them): which check holds is decided by running correct code, not by reading, evaluating or neutralising the tests' source, and a test
 neutralised down to its last line fails as the base code does.
 """
 
