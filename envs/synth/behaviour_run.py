@@ -260,18 +260,10 @@ async def record_probes(task: Task, client, config) -> Recorded:
 
 async def record_all(tasks: list[Task], config, concurrency: int = 2) -> list[Recorded]:
     """`record_probes` for every task, `concurrency` sandboxes at a time, in task order."""
-    import asyncio
+    from swefleet.envs.synth.per_task import per_task
 
-    from swefleet.envs.containers import docker_client
-
-    client = docker_client()
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(task: Task) -> Recorded:
-        async with gate:
-            return await record_probes(task, client, config)
-
-    return await asyncio.gather(*(one(t) for t in tasks))
+    return await per_task(tasks, lambda task, client: record_probes(task, client, config),
+                          concurrency)
 
 
 def update_records(records: list[dict], found: list[Recorded]) -> int:

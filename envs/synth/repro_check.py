@@ -10,7 +10,6 @@ that passes both is the task's reproduction. Scripts run as the issue says
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -92,17 +91,10 @@ async def find_reproduction(task: Task, client, config) -> Found:
 
 async def find_reproductions(tasks: list[Task], config, concurrency: int = 2) -> list[Found]:
     """`find_reproduction` for every task, `concurrency` sandboxes at a time, in task order."""
-    from swefleet.envs.containers import docker_client
+    from swefleet.envs.synth.per_task import per_task
 
-    client = docker_client()
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(task: Task) -> Found:
-        async with gate:
-            return await find_reproduction(task, client, config)
-
-    return await asyncio.gather(*(one(t) for t in tasks))
-
+    return await per_task(tasks, lambda task, client: find_reproduction(task, client, config),
+                          concurrency)
 
 
 def with_found(task: Task, found: Found) -> Task:

@@ -242,6 +242,16 @@ def _add_images_parsers(sub) -> None:
     im.set_defaults(func=_images)
 
 
+def _add_task_file_update(parser) -> None:
+    """The flags of a command that runs a sandbox per selected task and updates the file."""
+    parser.add_argument("--tasks", required=True, metavar="FILE",
+                        help="task file (JSONL), updated")
+    flags.add_selection(parser)
+    flags.add_max_workers(parser, "sandboxes at a time", default=2)
+    parser.add_argument("--base-image", default="swefleet-base:bookworm",
+                        help="base image of the task images")
+
+
 def _add_tasks_parsers(sub) -> None:
     ts = sub.add_parser("tasks", help="generate and validate task sets (docs/tasks.md)")
     ts_sub = ts.add_subparsers(dest="tasks_cmd", required=True)
@@ -277,18 +287,9 @@ def _add_tasks_parsers(sub) -> None:
     va.add_argument("--base-image", default="swefleet-base:bookworm",
                     help="base image of the task images")
     va.add_argument("--json", default="", metavar="FILE", help="also write the summary (JSON)")
-    rp = ts_sub.add_parser("reproduce", help="give generated tasks' issues a checked reproduction")
-    rp.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), updated")
-    flags.add_selection(rp)
-    flags.add_max_workers(rp, "sandboxes at a time", default=2)
-    rp.add_argument("--base-image", default="swefleet-base:bookworm",
-                    help="base image of the task images")
-    pr = ts_sub.add_parser("probes", help="record the behaviour probes that decide the twins")
-    pr.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), updated")
-    flags.add_selection(pr)
-    flags.add_max_workers(pr, "sandboxes at a time", default=2)
-    pr.add_argument("--base-image", default="swefleet-base:bookworm",
-                    help="base image of the task images")
+    for name, what in (("reproduce", "give generated tasks' issues a checked reproduction"),
+                       ("probes", "record the behaviour probes that decide the twins")):
+        _add_task_file_update(ts_sub.add_parser(name, help=what))
     di = ts_sub.add_parser("difficulty", help="record each task's pass rate from an eval")
     di.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), updated")
     di.add_argument("--eval", required=True, metavar="DIR", help="an eval's output dir")

@@ -87,28 +87,44 @@ def validate_cli(args: argparse.Namespace) -> int:
     return 0 if result["valid"] == result["tasks"] else 1
 
 
-def reproduce_cli(args: argparse.Namespace) -> int:
-    from swefleet.envs.config import FarmConfig
+def _prepared_tasks(args: argparse.Namespace) -> tuple[Path, list]:
+    """The task file and its selected tasks (`--instance-ids`, `--filter`, `--slice`), with the
+    base image and the task images built."""
     from swefleet.envs.images import build_base_image
-    from swefleet.envs.synth.repro_check import find_reproductions, update_records
     from swefleet.envs.tasks import load_tasks, prepare_task_images
     from swefleet.evals.select import select_tasks
-    from swefleet.rundir import write_text_atomic
 
-    started = time.monotonic()
     path = Path(args.tasks)
     tasks = select_tasks(load_tasks(path), args.instance_ids, args.filter, args.slice)
     if not tasks:
         raise ValueError(f"--tasks {path}: no task selected")
     build_base_image(args.base_image)
     prepare_task_images(tasks, path, args.base_image)
+    return path, tasks
+
+
+def _update_task_file(path: Path, update) -> int:
+    """Rewrite the JSONL task file with `update(records)` applied in place (nothing is written
+    when it raises); returns what `update` returned."""
+    from swefleet.rundir import write_text_atomic
+
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = update(records)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+    return out
+
+
+def reproduce_cli(args: argparse.Namespace) -> int:
+    from swefleet.envs.config import FarmConfig
+    from swefleet.envs.synth.repro_check import find_reproductions, update_records
+
+    started = time.monotonic()
+    path, tasks = _prepared_tasks(args)
     found = asyncio.run(find_reproductions(tasks, FarmConfig(), args.max_workers))
     for f in found:
         print(f"{'OK  ' if f.script else 'NONE'} {f.instance_id:70} "
               f"{len(f.script.splitlines()) if f.script else f.reason}")
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    changed = update_records(records, found)
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+    changed = _update_task_file(path, lambda records: update_records(records, found))
     infra = sum(f.reason.startswith("infra") for f in found)
     print(json.dumps({"tasks": len(found), "reproduced": sum(bool(f.script) for f in found),
                       "infra_errors": infra, "records_changed": changed,
@@ -118,25 +134,14 @@ def reproduce_cli(args: argparse.Namespace) -> int:
 
 def probes_cli(args: argparse.Namespace) -> int:
     from swefleet.envs.config import FarmConfig
-    from swefleet.envs.images import build_base_image
     from swefleet.envs.synth.behaviour_run import record_all, update_records
-    from swefleet.envs.tasks import load_tasks, prepare_task_images
-    from swefleet.evals.select import select_tasks
-    from swefleet.rundir import write_text_atomic
 
     started = time.monotonic()
-    path = Path(args.tasks)
-    tasks = select_tasks(load_tasks(path), args.instance_ids, args.filter, args.slice)
-    if not tasks:
-        raise ValueError(f"--tasks {path}: no task selected")
-    build_base_image(args.base_image)
-    prepare_task_images(tasks, path, args.base_image)
+    path, tasks = _prepared_tasks(args)
     found = asyncio.run(record_all(tasks, FarmConfig(), args.max_workers))
     for f in found:
         print(f"{len(f.probes):3} of {len(f.deciding):3} {f.instance_id:70} {f.reason}")
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    changed = update_records(records, found)
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+    changed = _update_task_file(path, lambda records: update_records(records, found))
     infra = sum(f.reason.startswith("infra") for f in found)
     print(json.dumps({"tasks": len(found), "with_probes": sum(bool(f.probes) for f in found),
                       "deciding_functions": sum(len(f.deciding) for f in found),
@@ -148,7 +153,6 @@ def probes_cli(args: argparse.Namespace) -> int:
 
 def difficulty_cli(args: argparse.Namespace) -> int:
     from swefleet.envs.difficulty import pass_rates, record_difficulty
-    from swefleet.rundir import write_text_atomic
 
     path, report_path = Path(args.tasks), Path(args.eval) / "report.json"
     if not report_path.is_file():
@@ -156,11 +160,14 @@ def difficulty_cli(args: argparse.Namespace) -> int:
     if path.suffix != ".jsonl" or not path.is_file():
         raise ValueError(f"--tasks {path}: not a JSONL task file")
     rates = pass_rates(json.loads(report_path.read_text()))
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    written = record_difficulty(records, rates, args.key)
-    if not written:
-        raise ValueError(f"--eval {args.eval}: none of its {len(rates)} tasks is in {path}")
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+
+    def record(records: list[dict]) -> int:
+        written = record_difficulty(records, rates, args.key)
+        if not written:
+            raise ValueError(f"--eval {args.eval}: none of its {len(rates)} tasks is in {path}")
+        return written
+
+    written = _update_task_file(path, record)
     values = [rate for rate, _ in rates.values()]
     print(json.dumps({"key": args.key, "tasks_recorded": written,
                       "always_solved": sum(v >= 1.0 for v in values),
