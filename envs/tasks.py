@@ -3,7 +3,8 @@
 Sources (`load_tasks`):
 - a local `.jsonl`, `.json` (a list of records) or `.parquet` file (JSON read as written,
   parquet with `datasets`); `split` then keeps the tasks whose `split` field equals it
-  (`train` / `heldout` / `test`; SWE-bench rows without one: `envs/swebench_rows.py`);
+  (`train` / `heldout` / `test`; SWE-bench rows without one: `envs/swebench_rows.py`), or
+  one of a comma-separated list (`heldout,heldout_instance`: `split_names`);
 - a Hugging Face Hub dataset name such as `princeton-nlp/SWE-bench_Verified`, read with
   `datasets.load_dataset(name, split=split or "test")` (needs network access and a cache, so it
   is unreachable on air-gapped machines; hub records carry no `image`/`source_dir`, so set
@@ -55,12 +56,29 @@ class TaskFileError(ValueError):
     """A task file or one of its records is malformed; the message says where."""
 
 
+def split_names(split: str | None) -> frozenset[str] | None:
+    """The split names `split` selects: one name, or a comma-separated list of them
+    (`heldout,heldout_instance`); None selects every task."""
+    if split is None:
+        return None
+    names = frozenset(name.strip() for name in split.split(","))
+    if "" in names:
+        raise TaskFileError(f"split {split!r}: an empty name in the list")
+    return names
+
+
+def split_label(split: str | None) -> str:
+    """`split` as one word for folder names (`heldout+heldout_instance`)."""
+    return "+".join(sorted(split_names(split) or {"all"}))
+
+
 def load_tasks(source: str | Path, split: str | None = None) -> list[Task]:
     """Load and validate the tasks of a file or Hub dataset (see the module docstring)."""
     path = Path(source)
     if path.suffix in FILE_SUFFIXES or path.exists():
         tasks = validate_records(_read_file(path), str(path))
-        return [t for t in tasks if split is None or t.split == split]
+        names = split_names(split)
+        return [t for t in tasks if names is None or t.split in names]
     if isinstance(source, str) and _HUB_NAME.match(source):
         return validate_records(_read_hub(source, split or "test"), source, split or "test")
     raise TaskFileError(f"{source}: no such task file, and not a Hub dataset name")

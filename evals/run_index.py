@@ -83,7 +83,11 @@ def _final_eval_split(root: Path) -> str | None:
         split = json.loads((root / "config.json").read_text())["final_eval"]["split"]
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None
-    return split if isinstance(split, str) else None
+    if not isinstance(split, str):
+        return None
+    from swefleet.envs.tasks import split_label
+
+    return split_label(split)
 
 
 def _demo_lines(root: Path) -> list[str]:

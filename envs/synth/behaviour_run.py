@@ -266,6 +266,16 @@ async def record_all(tasks: list[Task], config, concurrency: int = 2) -> list[Re
                           concurrency)
 
 
+def with_probes(task: Task, found: Recorded) -> Task:
+    """`task` with its recorded probes (`probes`); one with none, or whose recording failed,
+    has none and is graded with constant checks."""
+    record = task.model_dump()
+    record.pop("probes", None)
+    if found.probes and not found.reason.startswith("infra"):
+        record["probes"] = found.probes
+    return Task.model_validate(record)
+
+
 def update_records(records: list[dict], found: list[Recorded]) -> int:
     """Write each task's probes into its record (`probes`; removed when it has none), in place;
     an infrastructure failure leaves the record as it was. Returns how many records changed."""

@@ -129,6 +129,7 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
     from swefleet.envs.config import FarmConfig
     from swefleet.envs.grading import DockerGrader
     from swefleet.envs.reaper import remove_run_containers
+    from swefleet.envs.synth.behaviour_run import record_all, with_probes
     from swefleet.envs.synth.build import ensure_repo_image
     from swefleet.envs.synth.repro_check import find_reproductions, with_found
 
@@ -156,6 +157,8 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
         kept = [d.task for d in derived if d.ok][: cfg.n]
         found = await find_reproductions(kept, FarmConfig(), cfg.concurrency)
         kept = [with_found(t, f) for t, f in zip(kept, found, strict=True)]
+        recorded = await record_all(kept, FarmConfig(), cfg.concurrency)
+        kept = [with_probes(t, r) for t, r in zip(kept, recorded, strict=True)]
     finally:
         grader.close()
         remove_run_containers(run_id)
@@ -166,6 +169,7 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
         "candidates_tried": tried, "bugs_found": bugs, "tasks": len(kept),
         "dropped": dropped, "flaky_tests_dropped": sum(d.flaky for d in derived),
         "reproduced": sum(bool(f.script) for f in found),
+        "probed": sum(bool(getattr(t, "probes", None)) for t in kept),
         "kinds": dict(Counter(t.model_extra["bug_kind"] for t in kept)),
         "splits": dict(Counter(t.split for t in kept)),
         "seconds": round(time.monotonic() - started, 1),

@@ -229,9 +229,15 @@ def _eval_rows(summary: dict, key: str, label: str) -> list[tuple[str, str, str]
     if not (ev := summary.get(key)):
         return []
     lo, hi = ev.get("ci95") or (float("nan"), float("nan"))
-    return [(f"{label} ({ev['split']})", (f"success {ev['success_rate']:.2f} (95% CI "
+    rows = [(f"{label} ({ev['split']})", (f"success {ev['success_rate']:.2f} (95% CI "
              f"{lo:.2f}-{hi:.2f}) over {ev['n_episodes']} episodes ({ev['n_tasks']} tasks x "
              f"{ev['k']})"), _time(summary["times_s"], key))]
+    for split, f in (ev.get("per_split") or {}).items():
+        lo, hi = f["ci95"]
+        result = (f"split {split}: success {f['success_rate']:.2f} (95% CI {lo:.2f}-{hi:.2f}) "
+                  f"over {f['n_episodes']} episodes")
+        rows.append(("", result, ""))
+    return rows
 
 
 def _time(times: dict[str, float], stage: str) -> str:

@@ -22,7 +22,9 @@ PAIRS = (("base", "sft"), ("sft", "rl"), ("base", "rl"))
 
 def eval_dir(cfg, out: Path, stage: str) -> Path:
     """The folder of one demo eval (`stage` in `EVAL_STAGES`)."""
-    return out / f"eval-{cfg.final_eval.split}{EVAL_STAGES[stage]}"
+    from swefleet.envs.tasks import split_label
+
+    return out / f"eval-{split_label(cfg.final_eval.split)}{EVAL_STAGES[stage]}"
 
 
 def eval_done(cfg, out: Path, stage: str) -> bool:
@@ -67,8 +69,9 @@ def stage_reports(cfg, out: Path) -> dict[str, dict]:
 
 
 def eval_summary(report: dict, split: str, k: int) -> dict:
-    """The figures of one eval that the demo summary shows."""
-    keys = ("success_rate", "ci95", "n_episodes", "n_tasks", "pass_at_k", "infra_errors")
+    """The figures of one eval that the demo summary shows (`per_split` for several splits)."""
+    keys = ("success_rate", "ci95", "n_episodes", "n_tasks", "pass_at_k", "infra_errors",
+            "per_split")
     return {"split": split, "k": k, **{key: report.get(key) for key in keys}}
 
 

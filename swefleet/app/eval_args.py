@@ -24,7 +24,8 @@ def add_eval_parser(sub, handler) -> argparse.ArgumentParser:
 def add_eval_args(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("--tasks", required=True,
                     help="task file (JSONL/JSON/Parquet; SWE-bench exports too: docs/tasks.md)")
-    ev.add_argument("--split", default=None, help="only this split (e.g. heldout)")
+    ev.add_argument("--split", default=None,
+                    help="only this split, or a comma-separated list (heldout,heldout_instance)")
     ev.add_argument("--agent", default="model",
                     choices=["model", "oracle", "empty", "predictions"],
                     help="oracle applies the gold patch, empty submits nothing, predictions grades "

@@ -53,7 +53,9 @@ class FinalEvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     split: str | None = None
-    """Tasks of `[tasks]`'s file to evaluate the final checkpoint on (`heldout`); None: no eval."""
+    """Tasks of `[tasks]`'s file to evaluate the final checkpoint on (`heldout`), or a
+    comma-separated list of splits (`heldout,heldout_instance`: each is reported on its own);
+    None: no eval."""
     k: int = Field(1, ge=1)
     """Attempts per task."""
     base: bool = False

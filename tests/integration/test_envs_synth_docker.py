@@ -6,6 +6,7 @@ subset of the bundled set through the user's command."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,9 @@ def generated(ready, tmp_path_factory) -> Path:
     held out by instance."""
     folder = tmp_path_factory.mktemp("synth")
     recipe = folder / "inflection.toml"
-    recipe.write_text(RECIPE.read_text() + f"kinds = {EXTRA_KINDS}\nheldout_share = 0.5\n")
+    text = re.sub(r"^(kinds = \[[^]]*\]|heldout_share = .*)\n", "", RECIPE.read_text(),
+                  flags=re.MULTILINE)
+    recipe.write_text(text + f"kinds = {EXTRA_KINDS}\nheldout_share = 0.5\n")
     out = folder / "tasks.jsonl"
     swefleet("tasks", "generate", "--recipe", str(recipe), "--n", "2", "-k", "1",
              "--max-candidates", "12", "--out", str(out))
@@ -76,6 +79,8 @@ def test_generated_tasks_are_well_formed(generated):
         assert t.patch.startswith("diff --git a/inflection/__init__.py")
         assert t.test_patch.startswith("diff --git a/test_inflection.py")
         assert not t.image and t.model_extra["recipe"] == "inflection.toml"
+        for probe in (t.model_extra.get("probes") or {}).values():  # recorded by generate
+            assert probe["calls"] and all("gold" in c for c in probe["calls"])
         for test_id in t.FAIL_TO_PASS:  # no deciding test is named in the issue
             assert test_id.split("::")[-1].split("[")[0] not in t.problem_statement
 

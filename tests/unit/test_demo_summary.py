@@ -41,3 +41,15 @@ def test_summary_is_saved_as_json_and_markdown(tmp_path):
     assert md.count("\n| ") == len(summary_rows(summary)) + 1  # header + one line per row
     assert "P(demonstrations) sft 0.23 -> rl 0.39" in md and "total 130 s" in md
     assert "(diff +0.000, SE 0.034, z 0.0)" in md
+
+
+def test_an_eval_over_two_splits_shows_each_split_on_its_own_row():
+    per_split = {"heldout": {"success_rate": 0.1, "ci95": [0.02, 0.3], "n_episodes": 20},
+                 "heldout_instance": {"success_rate": 0.5, "ci95": [0.3, 0.7], "n_episodes": 24}}
+    summary = {"times_s": {"eval": 5.0}, "rl": {"split": "train", "reward_per_step": [0.5]},
+               "eval": {"split": "heldout,heldout_instance", "k": 2, "success_rate": 0.32,
+                        "ci95": [0.2, 0.45], "n_episodes": 44, "n_tasks": 22,
+                        "per_split": per_split}}
+    rows = [r[1] for r in summary_rows(summary)]
+    assert "split heldout: success 0.10 (95% CI 0.02-0.30) over 20 episodes" in rows
+    assert "split heldout_instance: success 0.50 (95% CI 0.30-0.70) over 24 episodes" in rows

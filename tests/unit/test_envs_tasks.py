@@ -46,6 +46,21 @@ def test_quickstart_set_loads_and_splits():
         assert isinstance(t.created_at, str) and t.created_at.endswith("Z")
 
 
+def test_split_takes_a_comma_separated_list(tmp_path):
+    from swefleet.envs.tasks import split_label
+
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        record(1, split="train"), record(2, split="heldout"), record(3, split="heldout_instance")])
+    ids = lambda split: [t.instance_id for t in load_tasks(path, split=split)]
+    assert ids("heldout") == ["demo__demo-2"]  # a name selects only itself
+    assert ids("heldout_instance, heldout") == ["demo__demo-2", "demo__demo-3"]
+    assert ids(None) == ["demo__demo-1", "demo__demo-2", "demo__demo-3"]
+    assert split_label("heldout_instance,heldout") == "heldout+heldout_instance"
+    assert split_label("heldout") == "heldout"
+    with pytest.raises(TaskFileError, match="empty name"):
+        load_tasks(path, split="heldout,")
+
+
 def test_jsonl_json_and_parquet_agree(tmp_path):
     import pandas as pd
 
