@@ -15,6 +15,15 @@ import re
 from functools import lru_cache
 
 
+def node_parts(test_id: str) -> list[str]:
+    """`path::Class::test_x[a::b]` -> [`path`, `Class`, `test_x[a::b]`]: split at the `::` of
+    the node id only, never inside its parameters (a parametrized id may hold `::`)."""
+    head, bracket, params = test_id.partition("[")
+    parts = head.split("::")
+    parts[-1] += bracket + params
+    return parts
+
+
 def function_id(test_id: str) -> str:
     """`path::Class::test_x[1-2]` -> `path::Class::test_x` (the parameters dropped)."""
     return test_id.split("[", 1)[0]

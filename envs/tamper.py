@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from swefleet.envs.canary_ids import function_id
+from swefleet.envs.canary_ids import function_id, node_parts
 from swefleet.envs.patchcode import names_in
 from swefleet.envs.patchfiles import split_patch
 
@@ -90,7 +90,7 @@ def junit_id(classname: str, name: str, ids: set[str]) -> str | None:
 def _junit_keys(ids: set[str]) -> dict[tuple[str, str], str]:
     keys = {}
     for node_id in ids:
-        parts = node_id.split("::")
+        parts = node_parts(node_id)
         if len(parts) < 2:
             continue
         path = parts[0].removesuffix(".py").replace("/", ".")

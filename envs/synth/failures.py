@@ -10,6 +10,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from swefleet.envs import safe_ast
+from swefleet.envs.canary_ids import node_parts
 
 _SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
 _OTHER_SECTION = re.compile(r"^=+ .* =+$")
@@ -117,4 +118,4 @@ def _failing_statement(frame: list[str]) -> str:
 
 def header_of(test_id: str) -> str:
     """The FAILURES header pytest prints for a test id: `Class.test_x[p]`."""
-    return ".".join(test_id.split("::")[1:])
+    return ".".join(node_parts(test_id)[1:])

@@ -11,6 +11,7 @@ import ast
 import re
 
 from swefleet.envs import safe_ast
+from swefleet.envs.canary_ids import node_parts
 from swefleet.envs.data.make_quickstart import unified_diff
 
 _PARAMS = re.compile(r"\[.*\]$")
@@ -18,7 +19,7 @@ _PARAMS = re.compile(r"\[.*\]$")
 
 def split_test_id(test_id: str) -> tuple[str, list[str], str]:
     """`path::Class::test_x[p]` -> (`path`, [`Class`], `test_x`)."""
-    path, *rest = test_id.split("::")
+    path, *rest = node_parts(test_id)
     if not rest:
         return path, [], ""
     return path, rest[:-1], _PARAMS.sub("", rest[-1])

@@ -28,9 +28,10 @@ def test_size_packages_and_split_by_package(tasks):
     assert len(tasks) >= 60
     per_repo = Counter(t.repo for t in tasks)
     assert len(per_repo) >= 6
-    splits = {repo: {t.split for t in tasks if t.repo == repo} for repo in per_repo}
-    assert all(len(s) == 1 for s in splits.values()), splits  # a package is in one split
-    assert {s for (s,) in splits.values()} == {"train", "heldout"}
+    splits = {repo: frozenset(t.split for t in tasks if t.repo == repo) for repo in per_repo}
+    # a package is held out whole, or trained on with some of its bugs held out by instance
+    assert set(splits.values()) == {frozenset({"heldout"}),
+                                    frozenset({"train", "heldout_instance"})}, splits
 
 
 def test_every_task_comes_from_its_recipe(tasks):
@@ -38,7 +39,7 @@ def test_every_task_comes_from_its_recipe(tasks):
         recipe = load_recipe(recipe_path_of(t, BUNDLED))
         assert t.instance_id.startswith(recipe.instance_prefix + ".")
         assert (t.repo, t.version, t.split, t.test_cmd) == (
-            recipe.repo, recipe.version, recipe.split, recipe.test_cmd)
+            recipe.repo, recipe.version, recipe.split_of(t.instance_id), recipe.test_cmd)
         assert not t.image and not t.source_dir  # images are built from the recipe
         (path,) = patch_paths(t.patch)
         assert recipe.is_mutable(path)
