@@ -82,7 +82,8 @@ def _run_stages(cfg, args: argparse.Namespace, out: Path, stages: _Stages) -> in
         return code
     if cfg.sft.steps:
         done = (RunDir(out / "sft").weights_path(cfg.sft.steps) / "config.json").exists()
-        source = cfg.sft.trajectories or f"oracle trajectories of the {cfg.tasks.split} tasks"
+        source = cfg.sft.trajectories or (f"{cfg.sft.demonstrations} demonstrations of the "
+                                          f"{cfg.tasks.split} tasks")
         stages.start("sft", f"SFT warm start ({cfg.sft.steps} steps on {source})", done)
         sft_dir = out / "sft"
         checkpoint = run_sft(cfg, sft_dir) if done else stages.timed(run_sft, cfg, sft_dir)

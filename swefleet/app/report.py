@@ -57,10 +57,21 @@ def report_run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_file(path: Path) -> Path:
+    """`path`, or the report an eval or bench folder holds (`report.json`, `bench.json`)."""
+    if not path.is_dir():
+        return path
+    for name in ("report.json", "bench.json"):
+        if (path / name).is_file():
+            return path / name
+    raise ValueError(f"{path}: a folder with neither report.json nor bench.json (pass an eval "
+                     "or bench output folder, or the JSON file itself)")
+
+
 def report_compare_cli(args: argparse.Namespace) -> int:
     from swefleet.evals.compare import compare_markdown, compare_reports
 
-    a, b = (json.loads(Path(p).read_text()) for p in (args.a, args.b))
+    a, b = (json.loads(_report_file(Path(p)).read_text()) for p in (args.a, args.b))
     result = compare_reports(a, b, n_boot=args.n_boot, seed=args.seed)
     if args.json:
         write_json_atomic(Path(args.json), result)

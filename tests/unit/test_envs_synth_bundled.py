@@ -30,8 +30,10 @@ def test_size_packages_and_split_by_package(tasks):
     assert len(per_repo) >= 6
     splits = {repo: frozenset(t.split for t in tasks if t.repo == repo) for repo in per_repo}
     # a package is held out whole, or trained on with some of its bugs held out by instance
-    assert set(splits.values()) == {frozenset({"heldout"}),
-                                    frozenset({"train", "heldout_instance"})}, splits
+    for repo, split in splits.items():
+        assert split == {"heldout"} or "train" in split <= {"train", "heldout_instance"}, repo
+    assert sum(s == {"heldout"} for s in splits.values()) >= 3  # held out by repository
+    assert sum("heldout_instance" in s for s in splits.values()) >= 3  # and by instance
 
 
 def test_every_task_comes_from_its_recipe(tasks):

@@ -235,3 +235,17 @@ def test_enough_shared_tasks_still_give_a_verdict(tmp_path, capsys):
     ci = [c.strip() for c in line.split("|")][6]
     lo, hi = (float(x) for x in ci.strip("[]").split(","))
     assert lo < hi < 0
+
+
+def test_compare_takes_eval_folders_and_refuses_one_without_a_report(tmp_path, capsys):
+    for name, outcomes in (("a", [True, False]), ("b", [True, True])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps(_eval({"t1": outcomes})))
+    args = argparse.Namespace(a=str(tmp_path / "a"), b=str(tmp_path / "b"), json=None,
+                              n_boot=50, seed=0)
+    assert report_compare_cli(args) == 0
+    assert "| success_rate | 0.5 | 1 |" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    args.b = str(tmp_path / "empty")
+    with pytest.raises(ValueError, match="neither report.json nor bench.json"):
+        report_compare_cli(args)
