@@ -18,8 +18,10 @@ from swefleet.types import GradeResult, Task
 
 
 def well_formed(test_id: str) -> bool:
-    """Ids the pytest log parser reads whole (it splits lines at spaces)."""
-    return test_id.count("[") == test_id.count("]") and "::" in test_id
+    """Ids every pytest log parser reads whole: SWE-bench's splits a result line at whitespace,
+    so an id with a space in its parameters (`test_x[1 + 2]`) would reach it cut."""
+    return (test_id.count("[") == test_id.count("]") and "::" in test_id
+            and not any(c.isspace() for c in test_id))
 
 
 def in_files(test_id: str, test_files: list[str]) -> bool:
