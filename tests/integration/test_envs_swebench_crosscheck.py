@@ -43,7 +43,12 @@ def bundled() -> list[Task]:
         first: dict[str, Task] = {}
         for t in pypi:
             first.setdefault(t.repo, t)
-        pypi = [first[repo] for repo in sorted(first)][::2]  # 5 of the 10 packages
+        sample = [first[repo] for repo in sorted(first)][::2][:5]  # 5 packages
+        # and a task whose test ids hold `::` inside their parameters (JUnit ids are split
+        # before the parameters): every such gold patch once read tampered
+        sample += [next(t for t in pypi if any("::" in i.partition("[")[2]
+                                              for i in t.FAIL_TO_PASS + t.PASS_TO_PASS))]
+        pypi = sample
     return prepare_task_images(load_tasks(QUICKSTART), QUICKSTART) + prepare_task_images(
         pypi, PYPI
     )
@@ -100,7 +105,7 @@ def test_decisions_agree_with_swebench_on_every_log(graded, tmp_path):
     n = len(graded)
     print(f"\ncross-check: {n - len(disagreements)}/{n} decisions agree with swebench "
           f"({n // 2} tasks x gold/empty; test lists compared on {lists_compared} logs)")
-    assert disagreements == []
+    assert disagreements == [], "\n".join(map(str, disagreements))
     assert lists_compared == n  # every log reached swebench's test report
     gold = [r.status for _, p, r in graded if p]
     empty = [r.status for _, p, r in graded if not p]
