@@ -47,6 +47,9 @@ def main() -> None:
     rank, world = init_distributed("cpu")
     for job in cfg["jobs"]:
         export_one(job, rank, world, cfg["shard_bytes"])
+    # every rank done with gloo before any tears it down: a rank that destroyed the group while
+    # rank 0 was still writing its reference aborted (SIGABRT) under CI load
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 

@@ -22,7 +22,20 @@ from swefleet.types import EpisodeStatus
 from tests.integration.test_envs_synth_docker import BUNDLED, ready  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
-WITH = "jpvanhal__inflection-0.5.1.wrong_operator__016c5565"
+
+
+def _first_inflection_task(with_reproduction: bool) -> str:
+    """The first inflection task of the bundled file that has (or lacks) a recorded script, so
+    that a regenerated task file does not leave the test naming a task that is gone."""
+    for line in BUNDLED.read_text().splitlines():
+        record = json.loads(line)
+        if record["instance_id"].startswith("jpvanhal__inflection") \
+                and bool(record.get("reproduction")) == with_reproduction:
+            return record["instance_id"]
+    raise LookupError(f"no inflection task with reproduction={with_reproduction} in {BUNDLED}")
+
+
+WITH = _first_inflection_task(True)
 WITHOUT = "jpvanhal__inflection-0.5.1.wrong_constant__5cc08843"  # parametrized tests only
 
 
