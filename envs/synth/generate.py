@@ -8,7 +8,9 @@ tests execute), candidate bugs on executed lines screened in seeded order (at mo
 `max_per_function` per function) until enough break tests, then per bug: hidden tests, issue
 text, task image, lists from k buggy + k gold runs, and a checked reproduction in the issue
 (`envs.synth.repro`). The tasks of this package (same
-instance-id prefix) in `--out` are replaced; other records are kept.
+instance-id prefix) in `--out` are replaced; other records are kept. With `--extend` they are
+kept too and `n` new ones are added: bugs already in the file and functions they already cover
+are skipped, so a set grows without regenerating (or re-validating) what it holds.
 """
 
 from __future__ import annotations
@@ -56,6 +58,22 @@ class GenerateConfig(BaseModel):
     """Tasks per function at most (variety)."""
     base_image: str = DEFAULT_BASE_IMAGE
     """Image the repo images are built on."""
+    extend: bool = False
+    """Keep this package's tasks already in the output file and add `n` new ones."""
+
+
+def existing_tasks(out_file: Path, prefix: str) -> list[dict]:
+    """The records of the package `prefix` already in `out_file` (none when it is absent)."""
+    if not out_file.exists():
+        return []
+    records = [json.loads(line) for line in out_file.read_text().splitlines() if line.strip()]
+    return [r for r in records if r["instance_id"].startswith(prefix + ".")]
+
+
+def covered_functions(records: list[dict]) -> Counter[tuple[str, str]]:
+    """(file, function) -> tasks of `records` that planted their bug there."""
+    return Counter((r["synth"]["file"], r["synth"]["function"])
+                   for r in records if isinstance(r.get("synth"), dict))
 
 
 def load_package(recipe_path: Path) -> Package:
@@ -85,15 +103,17 @@ def ordered_candidates(package: Package, seed: int) -> Iterator[Mutation]:
 
 async def _screen_until(package: Package, image: str, baseline: Baseline, grader,
                         cfg: GenerateConfig, want: int, lines: dict[str, set[int]],
-                        out_file: Path) -> tuple[list[Task], int, int]:
+                        out_file: Path, kept: list[dict]) -> tuple[list[Task], int, int]:
     """Screen candidates on lines the tests run (`lines`), in batches, until `want` bugs are
     turned into tasks (images built, lists still empty); returns them, the number of bugs
-    found and of candidates tried."""
+    found and of candidates tried. Bugs of `kept` (records to keep) and the functions they
+    cover are skipped."""
     budget = cfg.max_candidates or 12 * cfg.n
-    per_function: Counter[tuple[str, str]] = Counter()
+    per_function = covered_functions(kept)
+    known = {r["instance_id"].rsplit("__", 1)[-1] for r in kept}
     found: list[Task] = []
     tried = bugs = 0
-    pending = ordered_candidates(package, cfg.seed)
+    pending = (m for m in ordered_candidates(package, cfg.seed) if m.id not in known)
     while len(found) < want and tried < budget:
         batch: list[tuple[Mutation, str, list[str]]] = []
         for m in pending:
@@ -136,6 +156,7 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
     started = time.monotonic()
     package = load_package(recipe_path)
     recipe = package.recipe
+    kept_records = existing_tasks(out_file, recipe.instance_prefix) if cfg.extend else []
     image = ensure_repo_image(recipe, cfg.base_image)
     run_id = f"synth-{uuid.uuid4().hex[:8]}"
     grader = DockerGrader(run_id, timeout_s=recipe.timeout_s, max_parallel=cfg.concurrency)
@@ -150,7 +171,7 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
                                 max_parallel=cfg.concurrency)
         try:
             tasks, bugs, tried = await _screen_until(package, image, baseline, screener, cfg,
-                                                     want, lines, out_file)
+                                                     want, lines, out_file, kept_records)
         finally:
             screener.close()
         derived = await derive_lists(tasks, grader, cfg.k, cfg.concurrency)
@@ -166,6 +187,7 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
     report = {
         "recipe": str(recipe_path), "package": recipe.package, "version": recipe.version,
         "split": recipe.split, "baseline_passing": len(baseline.passing),
+        "kept": len(kept_records),
         "candidates_tried": tried, "bugs_found": bugs, "tasks": len(kept),
         "dropped": dropped, "flaky_tests_dropped": sum(d.flaky for d in derived),
         "reproduced": sum(bool(f.script) for f in found),
@@ -177,12 +199,14 @@ async def generate_tasks(recipe_path: Path, out_file: Path, cfg: GenerateConfig)
     return {"tasks": kept, "report": report}
 
 
-def merge_into(out_file: Path, prefix: str, tasks: list[Task]) -> int:
-    """Replace the records whose instance id starts with `prefix` by `tasks`; atomic."""
+def merge_into(out_file: Path, prefix: str, tasks: list[Task], extend: bool = False) -> int:
+    """Replace the records whose instance id starts with `prefix` by `tasks` (or, with
+    `extend`, add `tasks` to them); atomic."""
     records = []
     if out_file.exists():
         records = [json.loads(line) for line in out_file.read_text().splitlines() if line.strip()]
-    records = [r for r in records if not r["instance_id"].startswith(prefix + ".")]
+    if not extend:
+        records = [r for r in records if not r["instance_id"].startswith(prefix + ".")]
     records += [record_of(t) for t in tasks]
     records.sort(key=lambda r: (r.get("split", ""), r["instance_id"]))
     out_file.parent.mkdir(parents=True, exist_ok=True)

@@ -260,8 +260,11 @@ def _add_tasks_parsers(sub) -> None:
                     help="recipe TOML (repeat for several packages)")
     ge.add_argument("--n", type=flags.positive_int, default=12, help="tasks per package")
     flags.option(ge, "--tasks", old=("--out",), required=True, metavar="FILE",
-                 help="task file (JSONL) written; this package's tasks are replaced, others kept")
+                 help="task file (JSONL) written; this package's tasks are replaced "
+                      "(kept with --extend), others kept")
     ge.add_argument("--seed", type=int, default=0, help="orders the candidate bugs")
+    ge.add_argument("--extend", action="store_true",
+                    help="keep this package's tasks in FILE and add N new ones (other functions)")
     ge.add_argument("-k", type=flags.positive_int, default=2,
                     help="runs per state; disagreeing tests dropped")
     flags.add_max_workers(ge, "test runs at a time", default=2, old=("--concurrency",))

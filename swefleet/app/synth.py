@@ -22,7 +22,8 @@ def generate_cli(args: argparse.Namespace) -> int:
         if not Path(recipe_path).is_file():
             raise ValueError(f"--recipe {recipe_path}: no such file")
     cfg = GenerateConfig(n=args.n, seed=args.seed, k=args.k, concurrency=args.max_workers,
-                         max_candidates=args.max_candidates, base_image=args.base_image)
+                         max_candidates=args.max_candidates, base_image=args.base_image,
+                         extend=args.extend)
     build_base_image(cfg.base_image)
     out = Path(args.tasks)
     reports = []
@@ -35,11 +36,11 @@ def generate_cli(args: argparse.Namespace) -> int:
             failed.append(f"{recipe_path}: {type(e).__name__}: {e}")
             continue
         prefix = load_recipe(recipe_path).instance_prefix
-        total = merge_into(out, prefix, result["tasks"])
+        total = merge_into(out, prefix, result["tasks"], extend=cfg.extend)
         report = result["report"]
         reports.append(report)
         print(f"{report['package']} {report['version']} ({report['split']}): "
-              f"{report['tasks']} tasks from {report['bugs_found']} bugs, "
+              f"{report['tasks']} {'new ' if cfg.extend else ''}tasks from {report['bugs_found']} bugs, "
               f"{report['candidates_tried']} candidates tried, {report['seconds']}s; "
               f"kinds {report['kinds']}; {out} now holds {total} tasks", flush=True)
         if report["dropped"]:
