@@ -67,7 +67,7 @@ def _tasks(args: argparse.Namespace) -> int:
 
     handlers = {"generate": cli.generate_cli, "validate": cli.validate_cli,
                 "reproduce": cli.reproduce_cli, "difficulty": cli.difficulty_cli,
-                "probes": cli.probes_cli}
+                "probes": cli.probes_cli, "stats": cli.stats_cli}
     return handlers[args.tasks_cmd](args)
 
 
@@ -293,6 +293,9 @@ def _add_tasks_parsers(sub) -> None:
     for name, what in (("reproduce", "give generated tasks' issues a checked reproduction"),
                        ("probes", "record the behaviour probes that decide the twins")):
         _add_task_file_update(ts_sub.add_parser(name, help=what))
+    st = ts_sub.add_parser("stats", help="a task file's packages, splits and list sizes")
+    st.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL/JSON/Parquet)")
+    st.add_argument("--split", default=None, help="only these splits (comma list)")
     di = ts_sub.add_parser("difficulty", help="record each task's pass rate from an eval")
     di.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), updated")
     di.add_argument("--eval", required=True, metavar="DIR", help="an eval's output dir")

@@ -37,6 +37,7 @@ EXAMPLES: dict[str, list[str]] = {
                         "--tasks my_tasks.jsonl --max-workers 4")],
     "tasks difficulty": [("swefleet tasks difficulty --tasks envs/data/pypi/tasks.jsonl "
                           "--eval out/base-train-k8 --key qwen1.5b-base-k8")],
+    "tasks stats": ["swefleet tasks stats --tasks envs/data/pypi/tasks.jsonl --split heldout"],
     "tasks reproduce": ["swefleet tasks reproduce --tasks envs/data/pypi/tasks.jsonl"],
     "tasks probes": ["swefleet tasks probes --tasks envs/data/pypi/tasks.jsonl --max-workers 2"],
     "tasks validate": [("swefleet tasks validate --tasks envs/data/quickstart/tasks.jsonl -k 2 "

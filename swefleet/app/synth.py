@@ -152,6 +152,18 @@ def probes_cli(args: argparse.Namespace) -> int:
     return 1 if infra else 0
 
 
+def stats_cli(args: argparse.Namespace) -> int:
+    from swefleet.envs.task_stats import markdown_table, package_rows, summary
+    from swefleet.envs.tasks import load_tasks
+
+    tasks = load_tasks(Path(args.tasks), split=args.split)
+    if not tasks:
+        raise ValueError(f"--tasks {args.tasks}: no task (split={args.split})")
+    print(markdown_table(package_rows(tasks)))
+    print(json.dumps(summary(tasks)))
+    return 0
+
+
 def difficulty_cli(args: argparse.Namespace) -> int:
     from swefleet.envs.difficulty import pass_rates, record_difficulty
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from swefleet.envs.synth.generate import covered_functions, existing_tasks, merge_into
+
 from swefleet.types import Task
 
 pytestmark = pytest.mark.unit
