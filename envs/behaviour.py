@@ -1,8 +1,8 @@
 """Behaviour probes: the check that tells a deciding test's renamed copy from its twins by what
 the code under test does, not by anything written in the test file.
 
-A probe is a small set of calls into the package (module-level functions, plain literal
-arguments) that a deciding test makes under the gold code, or made up from those, each with the
+A probe is a small set of calls into the package (module-level functions, static and class
+methods, and methods of objects the test built, all with plain literal arguments) that a deciding test makes under the gold code, or made up from those, each with the
 value the gold code returns (`gold`) and values mutants of the package return for it (`others`:
 never the gold value, never the base code's). They are recorded offline (`swefleet tasks probes`,
 `envs/synth/behaviour_run.py`) into the task's `probes`, keyed by the deciding test's function id.
@@ -27,7 +27,8 @@ class ProbeCall(BaseModel):
     """One recorded call and what gold and mutant code return for it."""
 
     call: str
-    """`module:function` (a module-level function, importable by that name in the tests)."""
+    """`module:function` (a module-level function) or `module:Class.function` (a static or
+    class method, or with `init` a method of a new object), importable by that name."""
     args: str
     """`repr` of the positional arguments (a tuple of plain literals)."""
     kwargs: str
@@ -38,12 +39,19 @@ class ProbeCall(BaseModel):
     """Whether it may end the copy: the base code returns something else (or raises)."""
     others: list[str] = Field(default_factory=list)
     """`repr`s mutants return, each differing from `gold` and from the base code's value."""
+    init: str = ""
+    """For a method: `repr` of the (args, kwargs) that build the object it is called on
+    (`Class(*args, **kwargs).function(...)`); '' for a function, static or class method."""
 
     def expression(self) -> str:
         """The check's left side: the call, made at run time, as `repr` text."""
         module, name = self.call.split(":")
-        return (f"repr(__import__({module!r}, fromlist=['_']).{name}"
-                f"(*{self.args}, **{self.kwargs}))")
+        target = f"__import__({module!r}, fromlist=['_'])"
+        if self.init:
+            owner, _, method = name.rpartition(".")
+            positional, keywords = ast.literal_eval(self.init)
+            target, name = f"{target}.{owner}(*{positional!r}, **{keywords!r})", method
+        return f"repr({target}.{name}(*{self.args}, **{self.kwargs}))"
 
 
 class Probe(BaseModel):
@@ -123,10 +131,11 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
         decides = c["base"] != gold and shown(gold, text) == spelled
         if not (decides or others):
             continue
-        rank = (not c["changed"], not c["inner"], c["call"].rpartition(":")[2].startswith("_"),
-                len(c["args"]) + len(c["kwargs"]) + len(gold))
+        init = c.get("init", "")
+        rank = (not c["changed"], not c["inner"], re.split("[:.]", c["call"])[-1][:1] == "_",
+                len(c["args"]) + len(c["kwargs"]) + len(init) + len(gold))
         kept.append((rank, ProbeCall(call=c["call"], args=c["args"], kwargs=c["kwargs"],
-                                     gold=gold, decides=decides, others=others)))
+                                     init=init, gold=gold, decides=decides, others=others)))
     kept.sort(key=lambda x: x[0])
     calls = [c for _, c in kept]
     deciding = [c for c in calls if c.decides][:1]

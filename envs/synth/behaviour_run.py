@@ -2,8 +2,9 @@
 
 1. the test patch, then the gold patch, applied; the changed functions read from the diff;
 2. the deciding tests run under a profiler (`call_values.py record`) that keeps their calls to
-   module-level functions of the gold patch's files and of the rest of their folders, with
-   plain-literal arguments and a result whose `repr` identifies it;
+   functions of the gold patch's files and of the rest of their folders (module-level
+   functions, static and class methods, methods of objects the test built from plain
+   literals), with plain-literal arguments and a result whose `repr` identifies it;
 3. each distinct call made again in fresh processes (`call_values.py eval`): twice with the
    gold code (two hash seeds), once with the base code, once per mutant of a changed function
    (`envs/synth/mutators.py`, applied to the gold code);
@@ -102,6 +103,14 @@ def mutant_sources(gold: dict[str, str], base: dict[str, str], called: set[str],
     return out
 
 
+#: What makes a call distinct (a method's object: how it was built, `init`).
+KEY_FIELDS = ("module", "name", "args", "kwargs", "init")
+
+
+def call_key(call: dict) -> tuple:
+    return tuple(call.get(f, "") for f in KEY_FIELDS)
+
+
 def recombined(seen: list[dict], cap: int) -> list[dict]:
     """New calls from recorded ones (`result` None: nothing traced): one keyword argument
     replaced by a value another call of the same function passed for it, or nudged (a number
@@ -110,7 +119,7 @@ def recombined(seen: list[dict], cap: int) -> list[dict]:
     by_function: dict[tuple, list[dict]] = {}
     for s in seen:
         by_function.setdefault((s["module"], s["name"]), []).append(s)
-    known = {(s["module"], s["name"], s["args"], s["kwargs"]) for s in seen}
+    known = {call_key(s) for s in seen}
     out = []
     for calls in by_function.values():
         kwargs = [ast.literal_eval(c["kwargs"]) for c in calls]
@@ -127,7 +136,7 @@ def recombined(seen: list[dict], cap: int) -> list[dict]:
                     if name not in kw or repr(value) == repr(kw[name]) or made >= cap:
                         continue
                     new = {**call, "kwargs": repr({**kw, name: value}), "result": None}
-                    key = (new["module"], new["name"], new["args"], new["kwargs"])
+                    key = call_key(new)
                     if key not in known:
                         known.add(key)
                         out.append(new)
@@ -195,11 +204,11 @@ async def _record(sb, task: Task) -> Recorded:
                   timeout_s=RUN_TIMEOUT_S)
     seen = await _json(sb, f"{_DIR}/seen.json")
     seen += recombined(seen, DERIVED)
-    keys = list(dict.fromkeys((s["module"], s["name"], s["args"], s["kwargs"]) for s in seen))
+    keys = list(dict.fromkeys(call_key(s) for s in seen))
     if not keys:
         out.reason = "the deciding tests made no plain call"
         return out
-    calls = [dict(zip(("module", "name", "args", "kwargs"), k)) for k in keys]
+    calls = [dict(zip(KEY_FIELDS, k)) for k in keys]
     gold_runs = [await _eval(sb, calls, seed) for seed in (1, 2)]
     await _write_all(sb, base)
     base_values = await _eval(sb, calls, 1)
@@ -222,9 +231,10 @@ def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, te
     index = {k: i for i, k in enumerate(keys)}
     by_function: dict[str, list[dict]] = {}
     for s in seen:
-        i = index[(s["module"], s["name"], s["args"], s["kwargs"])]
+        i = index[call_key(s)]
         by_function.setdefault(function_id(s["test"]), []).append({
             "call": f"{s['module']}:{s['name']}", "args": s["args"], "kwargs": s["kwargs"],
+            "init": s.get("init", ""),
             "traced": s["result"], "gold": [g[i] for g in gold_runs], "base": base_values[i],
             "mutants": [m[i] for m in mutant_values], "changed": s["name"] in changed,
             "inner": s["inner"]})

@@ -5,14 +5,18 @@ tests make to module-level functions, or make such calls again and report what t
         CONFIG: {"files": [watched source files, relative], "dirs": [watched package folders,
         relative, their test folders left out], "tests": [pytest arguments: test files],
         "functions": [test function ids (`path::[Class::]name`) whose calls are recorded]}
-        OUT: [{"test", "module", "name", "args", "kwargs", "inner", "result"}]: calls to
-        module-level functions of the files, with arguments plain literals (`plain`) and a
-        result whose `repr` identifies it (`result_text`; args, kwargs and result as text), made while a test ran; `inner`:
-        called from a watched file, not from the test
+        OUT: [{"test", "module", "name", "args", "kwargs", "init", "inner", "result"}]: calls
+        made while a test ran (its fixtures included) to functions of the files, with
+        arguments plain literals (`plain`) and a result whose `repr` identifies it
+        (`result_text`; args, kwargs and result as text). `name`: a module-level function
+        (`f`), a class's static or class method (`Class.f`), or a method of an object the
+        test built with plain arguments (`Class.f`, `init`: the `repr` of the constructor's
+        (args, kwargs); '' otherwise). `inner`: called from a watched file, not from the test
     python3 call_values.py eval CONFIG.json OUT.json
-        CONFIG: {"calls": [{"module", "name", "args", "kwargs"}]}
-        OUT: for each call, the `repr` of its result, or null when it raised, timed out or
-        returned something whose `repr` does not identify it (`result_text`)
+        CONFIG: {"calls": [{"module", "name", "args", "kwargs", "init"}]}
+        OUT: for each call (on a new object built from `init` where it has one), the `repr`
+        of its result, or null when it raised, timed out or returned something whose `repr`
+        does not identify it (`result_text`)
 """
 
 import ast
@@ -78,6 +82,10 @@ class Recorder:
         self.open: dict[int, tuple] = {}
         self.calls: dict[tuple, str] = {}
         self.per_test: dict[str, int] = {}
+        #: id -> (object, module, class qualname, `repr` of the constructor's (args, kwargs)),
+        #: for the objects of watched classes the current test built; the object is kept so
+        #: that its id is not reused
+        self.receivers: dict[int, tuple] = {}
 
     def watches(self, name: str) -> bool:
         """Whether calls into functions of the file `name` are recorded."""
@@ -102,23 +110,69 @@ class Recorder:
 
     def _enter(self, frame, code) -> None:
         skip = _CO_VARARGS | _CO_VARKEYWORDS | _CO_GENERATOR | _CO_COROUTINE | _ASYNC_GEN
-        if code.co_flags & skip:
+        kind = _kind(frame, code)
+        if code.co_flags & skip or kind is None:
             return
-        function = frame.f_globals.get(code.co_name)
-        if getattr(function, "__code__", None) is not code:
-            return  # not a module-level function of its module (a method, a nested function)
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         values = [frame.f_locals[n] for n in names]
+        posonly = code.co_posonlyargcount
+        module, name, init = frame.f_globals.get("__name__"), code.co_qualname, ""
+        if kind in ("method", "classmethod"):  # the receiver is not an argument
+            receiver, values, names = values[0], values[1:], names[1:]
+            posonly = max(posonly - 1, 0)
+            if kind == "classmethod":
+                module, name = receiver.__module__, f"{receiver.__qualname__}.{code.co_name}"
         if not all(plain(v) for v in values):
             return
-        positional = tuple(values[: code.co_posonlyargcount])
-        keywords = dict(zip(names[code.co_posonlyargcount:], values[code.co_posonlyargcount:]))
+        positional = tuple(values[:posonly])
+        keywords = dict(zip(names[posonly:], values[posonly:]))
+        if kind == "method":
+            if code.co_name == "__init__":
+                if _reaches(receiver, code):  # its class's own constructor
+                    self._built(receiver, positional, keywords)
+                return
+            built = self.receivers.get(id(receiver))
+            if built is None or built[0] is not receiver or not _reaches(receiver, code):
+                return
+            _, module, owner, init = built
+            name = f"{owner}.{code.co_name}"
         args, kwargs = repr(positional), repr(keywords)
-        if len(args) + len(kwargs) <= MAX_REPR:
+        if len(args) + len(kwargs) + len(init) <= MAX_REPR:
             caller = frame.f_back.f_code.co_filename if frame.f_back else ""
             inner = self.watches(caller)  # called by the package, not by a test
-            self.open[id(frame)] = (self.test, frame.f_globals.get("__name__"), code.co_name,
-                                    args, kwargs, inner)
+            self.open[id(frame)] = (self.test, module, name, args, kwargs, init, inner)
+
+    def _built(self, receiver, positional: tuple, keywords: dict) -> None:
+        """Remember how `receiver` was built (the first `__init__` it ran: its own class's)."""
+        cls = type(receiver)
+        if id(receiver) not in self.receivers and "<" not in cls.__qualname__:
+            init = repr((positional, keywords))
+            self.receivers[id(receiver)] = (receiver, cls.__module__, cls.__qualname__, init)
+
+
+def _kind(frame, code) -> str | None:
+    """How the running code is reached from its module: "function" (module level),
+    "staticmethod", "classmethod" or "method" (of a module-level class); None for anything else
+    (a nested function, a lambda, a function stored under another name)."""
+    parts = code.co_qualname.split(".")
+    if "<" in code.co_qualname or len(parts) > 2:
+        return None
+    found = frame.f_globals.get(parts[0])
+    if len(parts) == 2:
+        found = vars(found).get(parts[1]) if isinstance(found, type) else None
+    kind = {classmethod: "classmethod", staticmethod: "staticmethod"}.get(type(found))
+    function = found.__func__ if kind else found
+    if getattr(function, "__code__", None) is not code:
+        return None
+    if kind is None and len(parts) == 2:
+        return "method" if code.co_argcount else None
+    return kind or "function"
+
+
+def _reaches(receiver, code) -> bool:
+    """Whether `receiver.<name>` runs `code` (not an override calling it through `super()`)."""
+    found = getattr(type(receiver), code.co_name, None)
+    return getattr(found, "__code__", None) is code
 
 
 def record(config: dict, out_path: str) -> None:
@@ -127,23 +181,33 @@ def record(config: dict, out_path: str) -> None:
     recorder = Recorder(set(config["files"]), set(config.get("dirs", ())))
     wanted = set(config.get("functions", ()))
 
+    def watch(item):
+        if wanted and item.nodeid.split("[", 1)[0] not in wanted:
+            yield
+            return
+        recorder.test = item.nodeid
+        sys.setprofile(recorder.profile)
+        try:
+            yield
+        finally:
+            sys.setprofile(None)
+            recorder.test = None
+
     class Plugin:
         @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_setup(self, item):  # objects built by fixtures
+            recorder.receivers.clear()
+            yield from watch(item)
+
+        @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_call(self, item):
-            if wanted and item.nodeid.split("[", 1)[0] not in wanted:
-                yield
-                return
-            recorder.test = item.nodeid
-            sys.setprofile(recorder.profile)
-            try:
-                yield
-            finally:
-                sys.setprofile(None)
-                recorder.test = None
+            yield from watch(item)
 
     pytest.main(["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--color=no",
                  *config["tests"]], plugins=[Plugin()])
-    out = [dict(zip(("test", "module", "name", "args", "kwargs", "inner"), key), result=result)
+    recorder.receivers.clear()
+    out = [dict(zip(("test", "module", "name", "args", "kwargs", "init", "inner"), key),
+                result=result)
            for key, result in recorder.calls.items()]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(out, f)
@@ -159,9 +223,16 @@ def _timeout(signum, frame):
 
 def one(call: dict):
     try:
-        function = getattr(importlib.import_module(call["module"]), call["name"])
+        target = importlib.import_module(call["module"])
+        *owner, name = call["name"].split(".")
+        for part in owner:
+            target = getattr(target, part)
         signal.alarm(CALL_TIMEOUT_S)
         try:
+            if call.get("init"):
+                positional, keywords = ast.literal_eval(call["init"])
+                target = target(*positional, **keywords)
+            function = getattr(target, name)
             result = function(*ast.literal_eval(call["args"]), **ast.literal_eval(call["kwargs"]))
         finally:
             signal.alarm(0)
