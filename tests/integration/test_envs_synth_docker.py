@@ -106,6 +106,19 @@ def test_validate_command_accepts_the_generated_tasks(generated):
     assert (summary["tasks"], summary["valid"]) == (2, 2)
 
 
+def test_extend_adds_a_task_in_another_function_and_keeps_the_others(generated, tmp_path):
+    out = tmp_path / "tasks.jsonl"
+    out.write_text(generated.read_text())
+    (tmp_path / "inflection.toml").write_text((generated.parent / "inflection.toml").read_text())
+    swefleet("tasks", "generate", "--extend", "--recipe", str(tmp_path / "inflection.toml"),
+             "--n", "1", "-k", "1", "--max-candidates", "12", "--tasks", str(out))
+    before = [json.loads(line) for line in generated.read_text().splitlines()]
+    after = {r["instance_id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert len(after) == 3 and all(after[r["instance_id"]] == r for r in before)
+    (new,) = [r for i, r in after.items() if i not in {b["instance_id"] for b in before}]
+    assert new["synth"]["function"] not in {b["synth"]["function"] for b in before}
+
+
 def test_oracle_and_empty_evals_on_a_bundled_subset(ready, tmp_path):
     records = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
     subset = [r for r in records if r["instance_id"].startswith("jpvanhal__inflection")][:2]
