@@ -6,6 +6,7 @@ module (only `python -m swefleet`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -465,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         return flags.fail(words, str(e))
     except KeyboardInterrupt:
         return interrupt.stopped(words)
+    except BrokenPipeError:  # `swefleet ... | head`: the reader has gone, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -54,3 +54,14 @@ def test_command_prints_the_table_then_one_json_line(tmp_path):
                          check=True).stdout.splitlines()  # fmt: skip
     assert json.loads(out[-1])["tasks"] == 3
     assert out[-2].startswith("| **2 packages, 3 tasks**")
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+    path = tmp_path / "t.jsonl"
+    many = [_task(f"p{i}", "off_by_one__1", "train", 1) for i in range(3000)]  # > a pipe's buffer
+    path.write_text("".join(json.dumps(t.model_dump()) + "\n" for t in many))
+    proc = subprocess.Popen([sys.executable, "-m", "swefleet", "tasks", "stats", "--tasks",
+                             str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"| package |")
+    proc.stdout.close()  # as `| head -1` does
+    assert proc.wait(timeout=60) == 141 and proc.stderr.read() == b""
