@@ -35,6 +35,7 @@ def report_eval_cli(args: argparse.Namespace) -> int:
                          "task_id and resolved; an RL run's episodes are not an eval)")
     k = args.k or max(Counter(r["task_id"] for r in records).values())
     report = build_report(records, k)
+    report.update(_run_fields(root, records, report, k))
     write_json_atomic(root / "report.json", report)
     md = report_markdown(report)
     if not args.no_plots:
@@ -44,6 +45,28 @@ def report_eval_cli(args: argparse.Namespace) -> int:
     (root / "report.md").write_text(md)
     print(md)
     return 0
+
+
+def _run_fields(root: Path, records: list[dict], report: dict, k: int) -> dict:
+    """What the episodes alone do not tell and the eval wrote: the trained-task overlap, cost
+    and serving fields of the old `report.json`, and the per-split figures (again at `k`, from
+    the task file `eval_run.json` names; the old ones when it is gone and `k` is unchanged)."""
+    import json
+
+    from swefleet.envs.tasks import load_tasks
+    from swefleet.evals.report import split_fields
+
+    old = json.loads((root / "report.json").read_text()) if (root / "report.json").is_file() else {}
+    kept = {key: v for key, v in old.items() if key not in report and key != "per_split"}
+    meta = json.loads((root / "eval_run.json").read_text()) \
+        if (root / "eval_run.json").is_file() else {}
+    try:
+        split_of = {t.instance_id: t.split for t in load_tasks(meta["tasks"], meta.get("split"))}
+    except Exception:  # noqa: BLE001 - no meta, or its task file is gone or moved
+        if "per_split" in old and len(old.get("pass_at_k", {})) == k:
+            kept["per_split"] = old["per_split"]
+        return kept
+    return kept | split_fields(records, split_of, k)
 
 
 def report_run_cli(args: argparse.Namespace) -> int:

@@ -122,6 +122,9 @@ def test_grading_a_swebench_predictions_file(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["n_tasks"] == 2 and report["success_rate"] == 0.5
+    overlap = report["trained_overlap"]  # the model behind predictions is not known
+    assert overlap["n_overlap"] is None and "predictions" in overlap["unknown_because"]
+    assert "unknown" in (out / "report.md").read_text().split("\n- ")[1]
     swebench = json.loads((out / "predictions.preds.json").read_text())
     assert swebench["resolved_ids"] == [held[0]["instance_id"]]
     assert swebench["empty_patch_ids"] == [held[1]["instance_id"]]

@@ -81,6 +81,22 @@ def test_progress_in_a_file_says_where_it_is_every_so_often(capsys):
         "eval resolved=1: 1/2 in 0s", "eval resolved=1: 2/2 in 0s", "eval resolved=1: 2/2 in 0s"]
 
 
+def _read_all(master: int) -> str:
+    """Everything written to the pty so far: a single read may return only part of it."""
+    import select
+
+    chunks = []
+    while select.select([master], [], [], 0.2)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
 def test_on_a_tty_the_bar_and_rule_are_drawn(monkeypatch):
     master, replica = os.openpty()
     with os.fdopen(replica, "w") as tty:
@@ -92,7 +108,7 @@ def test_on_a_tty_the_bar_and_rule_are_drawn(monkeypatch):
         bar.advance()
         bar.close()
         tty.flush()
-        drawn = os.read(master, 65536).decode()
+        drawn = _read_all(master)
     os.close(master)
     assert "\x1b[" in drawn  # styles and cursor control
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)

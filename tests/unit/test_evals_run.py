@@ -1,5 +1,7 @@
 """`swefleet eval` policies: one episode's failure is recorded, never the end of the eval."""
 
+import json
+
 import pytest
 
 from swefleet.app.eval import _PatchPolicy, _record
@@ -55,3 +57,34 @@ def test_report_eval_of_a_non_eval_directory_is_a_clear_error(tmp_path, capsys):
     assert main(["report", "eval", str(tmp_path), "--no-plots"]) == 2
     err = capsys.readouterr().err
     assert "episodes.jsonl: record 1 is not an eval episode" in err and err.count("\n") == 1
+
+
+def test_report_eval_keeps_what_the_episodes_do_not_tell(tmp_path):
+    from swefleet.evals.report import build_report, report_markdown
+
+    from swefleet.app.cli import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"instance_id": i, "repo": "o/r", "problem_statement": "x",
+                                         "patch": "p", "image": "img", "split": s}) + "\n"
+                             for i, s in (("t1", "heldout"), ("t2", "heldout_instance"))))
+    episodes = [{"task_id": t, "attempt": 0, "resolved": r, "tokens": 5, "wall_s": 1.0}
+                for t, r in (("t1", True), ("t2", False))]
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    from swefleet.evals.trained_tasks import unknown_overlap
+
+    overlap = unknown_overlap(["t1", "t2"], "a chat endpoint")
+    (out / "report.json").write_text(json.dumps(build_report(episodes, 1) | overlap))
+    (out / "eval_run.json").write_text(json.dumps({"tasks": str(tasks), "split": None}))
+    assert main(["report", "eval", str(out), "--no-plots"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["trained_overlap"]["unknown_because"] == "a chat endpoint"
+    assert "a chat endpoint" in (out / "report.md").read_text()
+    assert report["per_split"]["heldout"]["success_rate"] == 1.0
+    assert report["per_split"]["heldout_instance"]["success_rate"] == 0.0
+    assert (out / "report.md").read_text() == report_markdown(report)
+    tasks.unlink()  # the task file gone: the old per-split figures are kept at the same k
+    assert main(["report", "eval", str(out), "--no-plots", "-k", "1"]) == 0
+    assert json.loads((out / "report.json").read_text())["per_split"] == report["per_split"]
