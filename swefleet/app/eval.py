@@ -75,15 +75,15 @@ def run_eval_cli(args: argparse.Namespace) -> int:
 
         if cfg.envs.backend == "docker" and not cfg.envs.hosts:  # (bwrap boxes die with
             reap_dead_runs(docker_client())  # their process; a farm over hosts reaps each)
-        try:
-            tasks = prepare_tasks(cfg, _selector(args))
-        except Exception:
-            if fresh:  # refused before any episode: leave no folder behind
-                shutil.rmtree(out, ignore_errors=True)
-            raise
+        tasks = prepare_tasks(cfg, _selector(args))
         write_eval_meta(args, layout, tasks)
         drop_retryable(out / "episodes.jsonl")
         asyncio.run(_eval(cfg, args, tasks, layout, run_id))
+    except BaseException:
+        episodes = out / "episodes.jsonl"
+        if fresh and not (episodes.is_file() and episodes.stat().st_size):
+            shutil.rmtree(out, ignore_errors=True)  # ended before any episode: no folder left
+        raise
     finally:
         if cfg.envs.backend == "docker":
             remove_run_containers(run_id)

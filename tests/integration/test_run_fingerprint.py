@@ -122,3 +122,13 @@ def test_an_eval_refused_before_any_episode_leaves_no_folder(tmp_path):
                      "no__such-1", "--output-dir", str(out))
     assert proc.returncode == 2 and "not in the task set" in proc.stderr
     assert not out.exists()
+
+
+def test_an_eval_whose_engine_is_unreachable_leaves_no_folder(tmp_path):
+    out = tmp_path / "no-engine"
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"}
+    proc = subprocess.run([sys.executable, "-m", "swefleet", "eval", "--agent", "oracle",
+                           "--tasks", str(TASKS), *ONE_TASK, "--output-dir", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+                          env=env)  # fmt: skip
+    assert proc.returncode != 0 and not out.exists(), proc.stderr[-2000:]
