@@ -124,3 +124,14 @@ def test_export_writes_an_rl_run_as_mini_swe_agent_attempts(rl_run, model_dir, t
         assert replies == _replies(model_dir, record)
         preds = json.loads((root / "preds.json").read_text())
         assert preds[task]["model_name_or_path"] == str(rl_run)
+
+
+@pytest.mark.parametrize("kind", ["rl", "eval"])
+def test_each_run_folder_explains_every_file_it_holds(kind, rl_run, eval_run):
+    root = {"rl": rl_run, "eval": eval_run}[kind]
+    index = (root / "index.md").read_text()
+    assert index.startswith(f"# swefleet {kind} run folder")
+    assert "not written by swefleet" not in index, index
+    rows = {line.split("`")[1] for line in index.splitlines() if line.startswith("| `")}
+    top = {p.name + ("/" if p.is_dir() else "") for p in root.iterdir() if p.name != "index.md"}
+    assert top <= rows, top - rows  # every file and folder there has its line
