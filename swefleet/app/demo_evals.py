@@ -88,7 +88,8 @@ def paired_tests(reports: dict[str, dict]) -> list[dict]:
                    if r["metric"] == "success_rate")
         rows.append({"a": a, "b": b, "a_rate": row.get("a"), "b_rate": row.get("b"),
                      "delta": row.get("delta"), "test": row.get("test"),
-                     "p": row.get("p_value"), "distinguishable": row.get("beyond_noise")})
+                     "p": row.get("p_value"), "distinguishable": row.get("beyond_noise"),
+                     "no_verdict": row.get("no_verdict")})
     return rows
 
 
@@ -99,6 +100,8 @@ def paired_rows(tests: list[dict]) -> list[tuple[str, str, str]]:
         if t["a_rate"] is None or t["b_rate"] is None:
             continue
         p = "not tested" if t["p"] is None else f"{t['test']} p {t['p']:.3g}"
+        if t.get("no_verdict"):
+            p += f" ({t['no_verdict']})"
         change = (f"{t['a_rate']:.3f} -> {t['b_rate']:.3f} "
                   f"({t['b_rate'] - t['a_rate']:+.3f}), {p}")
         rows.append((f"{t['a']} vs {t['b']}", change, ""))

@@ -69,3 +69,14 @@ def test_stage_times_survive_a_resume(tmp_path):
     resumed = _Stages(tmp_path, ["eval_base", "rl"], console)
     assert not resumed.start("eval_base", "base", done=True)  # done: not run again
     assert set(resumed.times) == {"eval_base"}
+
+
+def test_a_pair_too_small_for_a_verdict_says_so(tmp_path):
+    cfg = _cfg()
+    for stage, outcomes in (("base", {"a": [False], "b": [False]}),
+                            ("rl", {"a": [True], "b": [True]})):
+        folder = eval_dir(cfg, tmp_path, stage)
+        folder.mkdir(parents=True)
+        (folder / "report.json").write_text(json.dumps(_report(outcomes)))
+    (row,) = summary_rows(demo_summary(cfg, tmp_path, {}))[-1:]
+    assert row[0] == "base vs rl" and "too few shared" in row[1] and "for a verdict" in row[1]
