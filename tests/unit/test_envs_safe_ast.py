@@ -71,8 +71,13 @@ def test_parse_and_compile_from_many_threads():
 
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="CPython 3.11's bug (gh-106905)")
 def test_the_hammer_breaks_plain_ast_parse():
-    """Without the lock the same hammer fails: the test above would see it."""
-    errors = hammer(ast.parse)
+    """Without the lock the same hammer fails: the test above would see it. The race is a race:
+    one round of the hammer usually hits it, a busy machine may need a few more."""
+    errors: list[BaseException] = []
+    for _ in range(10):
+        errors = hammer(ast.parse)
+        if errors:
+            break
     assert errors and "recursion depth mismatch" in str(errors[0])
 
 
