@@ -49,6 +49,8 @@ def stage_eval_argv(cfg, args: argparse.Namespace, out: Path, stage: str, model:
     argv = ["--agent", "model", "--model", str(model), "--tasks", cfg.tasks.path,
             "--split", cfg.final_eval.split, "-k", str(cfg.final_eval.k),
             "--config", args.config, "--output-dir", str(eval_dir(cfg, out, stage))]
+    if cfg.final_eval.tasks_per_split:
+        argv += ["--per-split", str(cfg.final_eval.tasks_per_split)]
     for key in ("temperature", "top_p"):
         value = getattr(cfg.final_eval, key)
         if value is not None:  # before the user's own --set, which wins

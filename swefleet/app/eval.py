@@ -35,7 +35,7 @@ from swefleet.evals.export import EVAL_META, trajectory_path
 from swefleet.evals.harness_logs import instance_log_dir, write_instance_logs
 from swefleet.evals.report import build_report, report_markdown, split_fields
 from swefleet.evals.resume import drop_retryable
-from swefleet.evals.select import select_tasks
+from swefleet.evals.select import select_by_flags
 from swefleet.evals.served import check_served_model
 from swefleet.evals.swebench_report import dataset_ids, write_swebench_outputs
 from swefleet.evals.trained_tasks import overlap_fields, unknown_overlap
@@ -178,7 +178,7 @@ def _selector(args: argparse.Namespace):
     def select(tasks: list[Task]) -> list[Task]:
         if preds is not None:
             tasks = only_predicted(tasks, preds, args.predictions)
-        return select_tasks(tasks, args.instance_ids, args.filter, args.slice)
+        return select_by_flags(tasks, args)
 
     return select
 

@@ -93,13 +93,17 @@ def add_max_workers(parser: argparse.ArgumentParser, help: str, default: int | N
 
 
 def add_selection(parser: argparse.ArgumentParser) -> None:
-    """SWE-bench's `--instance-ids`, mini-swe-agent's `--filter` and `--slice`, in that order."""
+    """SWE-bench's `--instance-ids`, mini-swe-agent's `--filter` and `--slice`, then
+    `--per-split`, in that order."""
     parser.add_argument("--instance-ids", nargs="+", default=[], metavar="ID",
                         help="only these instances")
     parser.add_argument("--filter", type=regex, default="", metavar="REGEX",
                         help="only instances whose id matches REGEX (re.match, as mini-swe-agent)")
     parser.add_argument("--slice", type=slice_spec, default="", metavar="START:STOP",
                         help="a slice of the selected instances, e.g. 0:10")
+    parser.add_argument("--per-split", type=positive_int, default=None, metavar="N",
+                        help="at most N instances of each split, spread over its packages "
+                             "(the same sample every time)")
 
 
 def add_verbose(parser: argparse.ArgumentParser, everywhere: bool = False) -> None:

@@ -116,6 +116,8 @@ def eval_fingerprint(args: argparse.Namespace, cfg: RunConfig) -> tuple[dict, di
     fp["tasks"], about["tasks"] = tasks_identity(args.tasks), args.tasks
     fp |= {"split": args.split, "instance_ids": sorted(set(args.instance_ids)),
            "filter": args.filter, "slice": args.slice, "k": args.k}
+    if getattr(args, "per_split", None):  # (absent: the fingerprints of earlier evals hold)
+        fp["per_split"] = args.per_split
     sections = ["tasks.base_image", "envs"]
     if args.agent not in PATCH_AGENTS:
         sections += ["agent", "inference"]

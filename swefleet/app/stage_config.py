@@ -58,6 +58,9 @@ class FinalEvalConfig(BaseModel):
     None: no eval."""
     k: int = Field(1, ge=1)
     """Attempts per task."""
+    tasks_per_split: int | None = Field(None, ge=1)
+    """At most this many tasks of each split, spread over its packages and the same ones at
+    every stage (`swefleet eval --per-split`); None: all of them."""
     base: bool = False
     """Also evaluate the starting model (`[model]`, before SFT) first (`eval-<split>-base/`):
     the baseline the later stages are compared with. Needs a checkpoint (`[model] path` or

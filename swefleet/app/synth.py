@@ -59,13 +59,12 @@ def validate_cli(args: argparse.Namespace) -> int:
     from swefleet.envs.reaper import remove_run_containers
     from swefleet.envs.synth.validate import summary, validate_tasks
     from swefleet.envs.tasks import load_tasks, prepare_task_images
-    from swefleet.evals.select import select_tasks
+    from swefleet.evals.select import select_by_flags
 
     started = time.monotonic()
     cfg = load_config(args.config, args.set)  # bad input: exit 2, before any image
     source = task_file_arg(args)
-    tasks = select_tasks(load_tasks(source, split=args.split), args.instance_ids, args.filter,
-                         args.slice)
+    tasks = select_by_flags(load_tasks(source, split=args.split), args)
     if not tasks:
         raise ValueError(f"--tasks {source}: no task selected (split={args.split})")
     build_base_image(args.base_image)
@@ -89,14 +88,14 @@ def validate_cli(args: argparse.Namespace) -> int:
 
 
 def _prepared_tasks(args: argparse.Namespace) -> tuple[Path, list]:
-    """The task file and its selected tasks (`--instance-ids`, `--filter`, `--slice`), with the
+    """The task file and its selected tasks (`--instance-ids`, `--filter`, `--slice`, `--per-split`), with the
     base image and the task images built."""
     from swefleet.envs.images import build_base_image
     from swefleet.envs.tasks import load_tasks, prepare_task_images
-    from swefleet.evals.select import select_tasks
+    from swefleet.evals.select import select_by_flags
 
     path = Path(args.tasks)
-    tasks = select_tasks(load_tasks(path), args.instance_ids, args.filter, args.slice)
+    tasks = select_by_flags(load_tasks(path), args)
     if not tasks:
         raise ValueError(f"--tasks {path}: no task selected")
     build_base_image(args.base_image)

@@ -201,5 +201,10 @@ def test_demo_evals_sample_with_final_eval_settings_and_user_sets_win(tmp_path):
     plain = stage_eval_argv(load_config("", ["final_eval.split=heldout"]), args, tmp_path, "rl",
                             "MODEL")
     assert "inference.temperature=0.7" not in plain
+    assert "--per-split" not in plain
+    sampled = stage_eval_argv(load_config("", ["final_eval.split=heldout",
+                                               "final_eval.tasks_per_split=24"]), args, tmp_path,
+                              "rl", "MODEL")
+    assert sampled[sampled.index("--per-split") + 1] == "24"
     with pytest.raises(ValueError, match="no checkpoint to evaluate"):
         stage_eval_argv(cfg, args, tmp_path, "base", "")

@@ -40,3 +40,14 @@ def test_instance_ids_keep_file_order_and_unknown_ids_are_named():
         select_tasks(TASKS, instance_ids=["nope__nope-1", "sympy__sympy-2"])
     with pytest.raises(ValueError, match="--filter"):
         select_tasks(TASKS, filter_regex="(")
+
+
+def test_per_split_takes_packages_in_turn_and_each_split_on_its_own():
+    tasks = [Task(instance_id=f"{repo}-{i}", repo=repo, problem_statement="p", split=split)
+             for split, repos in (("heldout", ("a", "b", "c")), ("heldout_instance", ("d",)))
+             for repo in repos for i in range(1, 4)]
+    picked = _ids(select_tasks(tasks, per_split=4))
+    assert picked == ["a-1", "a-2", "b-1", "c-1", "d-1", "d-2", "d-3"]  # task-file order
+    assert picked == _ids(select_tasks(list(tasks), per_split=4))  # the same sample every time
+    assert len(select_tasks(tasks, per_split=100)) == len(tasks)
+    assert _ids(select_tasks(tasks, filter_regex="[ab]-", per_split=3)) == ["a-1", "a-2", "b-1"]
