@@ -19,8 +19,10 @@ from swefleet.types import GradeResult, Task
 
 def well_formed(test_id: str) -> bool:
     """Ids every pytest log parser reads whole: SWE-bench's splits a result line at whitespace,
-    so an id with a space in its parameters (`test_x[1 + 2]`) would reach it cut."""
+    so an id with a space in its parameters (`test_x[1 + 2]`) would reach it cut, also when the
+    cut part holds a `]` of its own (`test_x[\\x1b]133;A $]` -> `test_x[\\x1b]133;A`)."""
     return (test_id.count("[") == test_id.count("]") and "::" in test_id
+            and ("[" not in test_id or test_id.endswith("]"))
             and not any(c.isspace() for c in test_id))
 
 

@@ -58,6 +58,7 @@ def test_ids_a_parser_would_cut_at_a_space_are_never_used():
     # as `test_x[a`, so a task listing it would grade differently under SWE-bench's harness
     assert not well_formed("t.py::test_x[a") and not well_formed("t.py::test_x[a b]")
     assert not well_formed("t.py::test_x[a\tb]") and not well_formed("t.py")
+    assert not well_formed("t.py::test_x[\\x1b]133;A\\x07$")  # cut, with a `]` of its own
     assert well_formed("t.py::test_x[a::b-1]") and well_formed("t.py::T::test_y")
     empty = [run({"t.py::a[1 + 2]": "FAILED", "t.py::a[3]": "FAILED", "t.py::b": "PASSED"})] * 2
     gold = [run({"t.py::a[1 + 2]": "PASSED", "t.py::a[3]": "PASSED", "t.py::b": "PASSED"})] * 2
@@ -86,3 +87,16 @@ def test_validation_wants_every_gold_run_resolved_and_every_empty_run_unresolved
     rows = [check(task(), [res], [unres]), check(task(), [err], [unres])]
     s = summary(rows, k=1)
     assert (s["tasks"], s["valid"], len(s["invalid"])) == (2, 1, 1)
+
+
+def test_the_bundled_task_sets_hold_only_ids_every_log_parser_reads_whole():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "envs" / "data"
+    for path in sorted(root.glob("*/tasks.jsonl")):
+        for line in path.read_text().splitlines():
+            task = json.loads(line)
+            for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+                cut = [i for i in task[key] if not well_formed(i)]
+                assert not cut, (path.name, task["instance_id"], key, cut[:3])

@@ -143,6 +143,27 @@ def test_junit_ids_with_colons_in_their_parameters_match_pytests_own_report(tmp_
         "test_p.py::TestK::test_k[x::y]": "failed"}
 
 
+def test_junit_finds_ids_the_log_parser_cut_at_a_space(tmp_path):
+    """swebench's log parser cuts `test_seq[\\x1b]133;A\\x07$ prompt]` at its space, and the task
+    lists hold what it read (`test_seq[\\x1b]133;A\\x07$`, a `]` inside and none at the end):
+    the JUnit lookup must find the whole test for it, or a correct run reads tampered."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_w.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('s', ['\\x1b]133;A\\x07$ prompt', 'b c'])\n"
+        "def test_seq(s):\n    assert s != 'b c'\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider",
+                          "--junitxml=report.xml", "test_w.py"], cwd=tmp_path,
+                         capture_output=True, text=True, check=False)
+    cut = {line.split()[1] for line in run.stdout.splitlines()
+           if line.startswith(("PASSED ", "FAILED "))}
+    assert cut == {"test_w.py::test_seq[\\x1b]133;A\\x07$", "test_w.py::test_seq[b"}
+    assert junit_outcomes((tmp_path / "report.xml").read_bytes(), cut) == {
+        "test_w.py::test_seq[\\x1b]133;A\\x07$": "passed", "test_w.py::test_seq[b": "failed"}
+
+
 def test_junit_must_agree_with_the_log():
     ok = {"junit": {k: "failed" if "drop" in k else "passed" for k in genuine()}}
     assert tamper_evidence(genuine(), 1, F2P + P2P, {**CAN, **ok}) == []
