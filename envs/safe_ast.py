@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import ast
 import threading
+import warnings
 
 AST_LOCK = threading.RLock()
 """Held while a source text becomes a tree or a tree becomes code."""
 
 
 def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
-    """`ast.parse(source, filename, mode)`, one thread at a time (raises as `ast.parse`)."""
-    with AST_LOCK:
+    """`ast.parse(source, filename, mode)`, one thread at a time (raises as `ast.parse`). The
+    code parsed is a task's or an agent's, not swefleet's: its warnings (an invalid escape such
+    as `"\\/"`: a `DeprecationWarning` on 3.11, a `SyntaxWarning` since) are not printed into
+    swefleet's log."""
+    with AST_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         return ast.parse(source, filename, mode)
 
 

@@ -85,3 +85,13 @@ def test_parse_raises_as_ast_parse():
     with pytest.raises(SyntaxError):
         safe_ast.parse("def (:")
     assert isinstance(safe_ast.parse("1 + 2", mode="eval"), ast.Expression)
+
+
+def test_the_parsed_codes_syntax_warnings_are_not_printed():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        safe_ast.parse('pattern = "a\\/b"\n')
+        ast.parse('pattern = "a\\/b"\n')  # the plain parse warns: the line above would too
+    assert [w.category for w in seen] in ([SyntaxWarning], [DeprecationWarning])  # 3.12 / 3.11
