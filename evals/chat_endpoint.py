@@ -59,11 +59,13 @@ def chat_model_name(url: str, model: str, api_key: str, timeout_s: float) -> str
     return model or (names[0] if names else "")
 
 
-def serving_fields(api: str, model_name: str, endpoints: list[str]) -> dict:
+def serving_fields(api: str, model_name: str, endpoints: list[str], started: str) -> dict:
     """What the report says about the evaluated model: the API mode (`tokens`: token ids to
     /v1/completions; `chat`: messages to /v1/chat/completions), the model's name and the
-    endpoint URLs (`embedded` for servers this eval started). Never a key."""
-    return {"api": api, "model_name": model_name, "endpoint": ", ".join(endpoints) or "embedded"}
+    endpoint URLs, or for servers this eval started their kind (`started`: `[inference] kind`,
+    `vllm` or `embedded`). Never a key."""
+    endpoint = ", ".join(endpoints) or f"{started} servers this eval started"
+    return {"api": api, "model_name": model_name, "endpoint": endpoint}
 
 
 def serving_line(report: dict) -> str:

@@ -93,7 +93,8 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     report.update(split_fields(records, {t.instance_id: t.split for t in tasks}, args.k))
     report.update(cost_fields(report, cfg.orchestrator))
     if args.agent == "model":
-        report.update(serving_fields(args.api, args.model, args.server))
+        report.update(serving_fields(args.api, args.model, args.server,
+                                      cfg.inference.resolved_kind))
     if args.agent == "model" and args.api == "tokens":  # was it trained on the tasks?
         report.update(overlap_fields(args.model, selected))
     elif args.agent == "model":

@@ -124,6 +124,7 @@ def test_eval_on_two_launched_servers(tmp_path, model_dir):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["n_episodes"] == 3 and report["tokens_mean"] > 0
+    assert report["endpoint"] == "embedded servers this eval started"  # what served, by kind
     served = [line for line in proc.stderr.splitlines() if " completions, " in line]
     assert len(served) == 2, proc.stderr[-3000:]  # two servers, both answered requests
     assert all(" 0 completions" not in line for line in served), served
