@@ -433,10 +433,28 @@ def _view_range(span: tuple[int, int] | None, first: int, last: int, total: int)
 
 def test_command(task: Task, source: str, repo_files: list[str]) -> str:
     """`python3 -m pytest -q -x` on the task's test files, else on the test files named after
-    the module of `source` (as `envs.synth.recipe.Recipe.tests_for` maps them), else all."""
+    the module of `source` (as `envs.synth.recipe.Recipe.tests_for` maps them), else all; with
+    the environment the task's own test command sets (`WCWIDTH_PYTHON=1 python3 -m pytest`:
+    without it that package's tests refuse to run)."""
     files = list(task.test_files) or _tests_named_after(source, repo_files)
     options = " -o addopts=" if "-o addopts=" in task.test_cmd else ""
-    return f"python3 -m pytest -q -x{options} {' '.join(shlex.quote(f) for f in files)}".rstrip()
+    command = f"python3 -m pytest -q -x{options} {' '.join(shlex.quote(f) for f in files)}"
+    return " ".join([*_env_assignments(task.test_cmd), command]).rstrip()
+
+
+def _env_assignments(test_cmd: str) -> list[str]:
+    """The `NAME=VALUE` words a test command begins with (quoted again for the shell)."""
+    try:
+        words = shlex.split(test_cmd)
+    except ValueError:
+        return []
+    assignments = []
+    for word in words:
+        name, eq, value = word.partition("=")
+        if not eq or not name.isidentifier():
+            break
+        assignments.append(f"{name}={shlex.quote(value)}")
+    return assignments
 
 
 def _tests_named_after(source: str, repo_files: list[str]) -> list[str]:

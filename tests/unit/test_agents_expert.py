@@ -122,10 +122,12 @@ def test_plan_edits_each_hunk_with_unique_old_text_and_reads_the_record():
 def test_plan_prefers_the_synth_record_and_the_task_test_files():
     task = _task(synth={"file": "calc/core.py", "function": "total", "seed": 0},
                  test_files=["tests/test_other.py"],
-                 test_cmd="PYTHONHASHSEED=0 python3 -m pytest -rA -o addopts= --color=no")
+                 test_cmd="WCWIDTH_PYTHON=1 PYTHONHASHSEED=0 python3 -m pytest -rA -o addopts= "
+                          "--color=no")
     plan = plan_demonstration(task, _files(), [])
     assert (plan.function, plan.def_line, plan.view_range) == ("total", 13, (13, 17))
-    assert plan.test_command == "python3 -m pytest -q -x -o addopts= tests/test_other.py"
+    assert plan.test_command == ("WCWIDTH_PYTHON=1 PYTHONHASHSEED=0 python3 -m pytest -q -x "
+                                 "-o addopts= tests/test_other.py")  # the task's environment
 
 
 def test_an_old_text_that_repeats_takes_context_until_it_is_unique():
