@@ -73,6 +73,13 @@ class OrchestratorConfig(BaseModel):
     all."""
     drop_zero_variance_groups: bool = False
     """Drop groups whose rewards are all equal (they carry no learning signal)."""
+    resample_zero_variance_groups: int = Field(0, ge=0)
+    """With `drop_zero_variance_groups`: up to this many groups a step whose rewards are all
+    equal are set aside as they arrive and replaced by new groups for the same step (DAPO's
+    dynamic sampling), so that a batch holds more groups with a learning signal when most
+    tasks are always or never solved. Each costs a group of rollouts; counted under
+    `drops/zero_variance_resampled` (not a dropped rollout: the drop rate leaves them out), and
+    their episodes still count in the step's reward and status figures. 0: none replaced."""
     max_empty_batches: int = Field(3, ge=1)
     """Abort after this many consecutive steps whose batch had no trainable sample."""
     weights_timeout_s: float = Field(600.0, gt=0)
@@ -108,6 +115,10 @@ class OrchestratorConfig(BaseModel):
                 f"max_off_policy_steps ({self.max_off_policy_steps}) must be >= async_level "
                 f"({self.async_level}); otherwise every rollout generated ahead would be dropped"
             )
+        if self.resample_zero_variance_groups and not self.drop_zero_variance_groups:
+            raise ValueError("resample_zero_variance_groups replaces groups that "
+                             "drop_zero_variance_groups drops: set drop_zero_variance_groups = "
+                             "true")
         return self
 
 

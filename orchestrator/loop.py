@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swefleet.orchestrator.advantages import batch_samples
+from swefleet.orchestrator.advantages import batch_samples, is_zero_variance
 from swefleet.orchestrator.config import OrchestratorConfig
 from swefleet.orchestrator.metrics import cost_metrics, rollout_metrics, rollouts_dropped
 from swefleet.orchestrator.resume import ResumePoint
@@ -335,10 +335,14 @@ class RLLoop:
         self._append(self.run_dir.drops, {"reason": reason, "n": n, "episode_ids": episode_ids})
 
     # ---------------------------------------------------------------- steps
-    async def _collect(self, step: int) -> tuple[list[list[Trajectory]], float]:
-        """Take finished groups (whichever finish first) until the batch is full."""
+    async def _collect(self, step: int) -> tuple[list[list[Trajectory]], list[Trajectory], float]:
+        """Take finished groups (whichever finish first) until the batch is full; also the
+        episodes of the zero-variance groups set aside for new ones on the way
+        (`resample_zero_variance_groups`), which count in the step's figures only."""
         t0 = time.monotonic()
         groups: list[list[Trajectory]] = []
+        set_aside: list[Trajectory] = []
+        resampled = 0
         while len(groups) < self.cfg.groups_per_step:
             if self.resume.pending:  # finished before a restart, not yet trained on
                 group = self.resume.pending.pop(0)
@@ -350,11 +354,17 @@ class RLLoop:
             if any(stale):
                 self._count_drop("stale_in_queue",
                                  [t.episode_id for t, old in zip(group, stale) if old])
-            if fresh:
+            resample = (bool(fresh) and is_zero_variance(fresh)
+                        and resampled < self.cfg.resample_zero_variance_groups)
+            if resample:
+                resampled += 1
+                set_aside += fresh
+                self._count_drop("zero_variance_resampled", [t.episode_id for t in fresh])
+            if fresh and not resample:
                 groups.append(fresh)
             else:
                 await self._discard(1)
-        return groups, time.monotonic() - t0
+        return groups, set_aside, time.monotonic() - t0
 
     def _is_stale(self, traj: Trajectory, step: int) -> bool:
         if traj.status == EpisodeStatus.dropped_stale or not traj.policy_versions:
@@ -397,7 +407,7 @@ class RLLoop:
         step = self.resume.step
         while step < self.cfg.steps:
             await self._wait_weights(step - self.cfg.async_level)
-            groups, wait_s = await self._collect(step)
+            groups, set_aside, wait_s = await self._collect(step)
             trajs = [t for g in groups for t in g]
             samples = await self._off_loop(batch_samples, groups,
                                            self.cfg.drop_zero_variance_groups)  # decodes routing
@@ -419,7 +429,7 @@ class RLLoop:
                 await self.journal.flush()
             await self._off_loop(_pack_and_write, self.run_dir.batch_path(step), samples, meta)
             now = time.monotonic()
-            record = self._step_record(step, trajs, len(samples), wait_s, now - last)
+            record = self._step_record(step, trajs + set_aside, len(samples), wait_s, now - last)
             last = now
             self._append(self.run_dir.metrics, record)
             records.append(record)

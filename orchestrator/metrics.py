@@ -11,12 +11,18 @@ from swefleet.types import EpisodeStatus, GradeStatus, Trajectory
 
 def rollouts_dropped(drops: dict[str, int]) -> int:
     """Rollouts dropped in all (stale, straggler) from the loop's drop counters; an empty batch
-    is a dropped step, not a dropped rollout."""
-    return sum(n for reason, n in drops.items() if reason != "empty_batch")
+    is a dropped step, and a zero-variance group set aside for a new one was scored and counts
+    in its step's figures: neither is a dropped rollout."""
+    return sum(n for reason, n in drops.items() if reason not in NOT_ROLLOUT_DROPS)
+
+
+#: drop counters that are not rollouts lost (`rollouts_dropped`).
+NOT_ROLLOUT_DROPS = ("empty_batch", "zero_variance_resampled")
 
 
 def rollout_metrics(trajs: list[Trajectory], trained_version: int) -> dict:
-    """Metrics of the episodes that went into one batch."""
+    """Metrics of the episodes one batch consumed (its groups, and the zero-variance groups set
+    aside for new ones while it was collected)."""
     statuses = Counter(t.status.value for t in trajs)
     rewards = [t.reward for t in trajs if t.reward is not None]
     latencies = [t.timings.get("total", 0.0) for t in trajs]

@@ -243,3 +243,37 @@ async def test_a_recut_step_trains_on_the_replacement_groups(tmp_path, async_lev
     loop, records, _ = await run_loop(tmp_path, cfg, {}, reward=lambda n: 0.0 if n <= 4 else n % 2)
     assert [r["step"] for r in records] == [0, 1, 2]
     assert loop.state.drops.get("empty_batch") == 2 and loop.discarded_groups == 2
+
+
+@pytest.mark.parametrize("async_level", [0, 1])
+async def test_zero_variance_groups_are_resampled_up_to_the_limit(tmp_path, async_level):
+    """DAPO's dynamic sampling: a group whose rewards are all equal is set aside and a new group
+    feeds the same step, up to `resample_zero_variance_groups` a step; the set-aside episodes
+    count in the step's figures, not in its batch or its drop rate."""
+    cfg = OrchestratorConfig(steps=2, groups_per_step=1, rollouts_per_task=2,
+                             async_level=async_level, max_concurrent_episodes=2,
+                             drop_zero_variance_groups=True, resample_zero_variance_groups=2)
+    # episodes 1-4 (groups 1-2): equal rewards; then rewards alternate
+    loop, records, run_dir = await run_loop(tmp_path, cfg, {},
+                                            reward=lambda n: 0.0 if n <= 4 else n % 2)
+    assert [r["step"] for r in records] == [0, 1]
+    first = records[0]
+    assert first["drops/zero_variance_resampled"] == 4  # 2 groups of 2 episodes, set aside
+    assert first["rollout/drop_rate"] == 0.0  # scored episodes, not lost ones
+    assert first["batch/samples"] == 2  # the batch: the one group with a signal
+    assert first["rollout/episodes"] == 6 and first["rollout/reward_n"] == 6  # all scored
+    assert "empty_batch" not in loop.state.drops
+    drops = [json.loads(x) for x in run_dir.drops.read_text().splitlines()]
+    assert sum(d["n"] for d in drops if d["reason"] == "zero_variance_resampled") == 4
+
+    # the limit: past it, a zero-variance group is batched (and dropped from it) as before
+    capped = OrchestratorConfig(**{**cfg.model_dump(), "resample_zero_variance_groups": 1})
+    loop, records, _ = await run_loop(tmp_path / "capped", capped, {},
+                                      reward=lambda n: 0.0 if n <= 4 else n % 2)
+    assert loop.state.drops["zero_variance_resampled"] == 2
+    assert loop.state.drops["empty_batch"] == 1  # group 2 was batched: nothing to train on
+
+
+def test_resampling_needs_zero_variance_groups_dropped():
+    with pytest.raises(ValueError, match="set drop_zero_variance_groups"):
+        OrchestratorConfig(resample_zero_variance_groups=2)
