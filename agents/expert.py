@@ -5,7 +5,8 @@ synthesised, else the file and the enclosing function of the patch's first chang
 `bug_kind`, the task's test files and test command, the issue's `>>>` example) and the buggy
 file as the sandbox holds it, `plan_demonstration` decides:
 
-- the test command for the bug's area (`python3 -m pytest -q -x FILES`);
+- the `ls` that finds the test files of the bug's area, and the test command for them
+  (`python3 -m pytest -q -x FILES`);
 - the issue's reproduction: its reproduction section (saved where the issue says and run), else
   a script replaying its `>>>` session (its statements, its expressions printed);
 - the `grep` that finds the function, the `view` range around it;
@@ -122,6 +123,9 @@ class ExpertPlan:
     """The name the issue is about (`documented behaviour of X`), else the function's."""
     extra_views: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
     """(path, range) of other files the patch changes, viewed before their edits."""
+    test_listing: str = ""
+    """The `ls` that shows the test files `test_command` runs (the agent is never told them);
+    '' when it runs them all."""
 
 
 def parse_hunks(patch: str) -> list[Hunk]:
@@ -183,6 +187,7 @@ def plan_demonstration(task: Task, files: dict[str, bytes], repo_files: list[str
     plan = ExpertPlan(
         file=primary, function=function, def_line=def_line, grep=grep,
         test_command=test_command(task, primary, repo_files),
+        test_listing=test_listing(test_files(task, primary, repo_files)),
         view_range=_view_range(span, first_changed, _last_changed(hunks, primary),
                                len(texts[primary].split("\n"))),
         edits=edits, issue_subject=_issue_subject(task.problem_statement) or function,
@@ -431,12 +436,26 @@ def _view_range(span: tuple[int, int] | None, first: int, last: int, total: int)
 # ------------------------------------------------------------------------ tests and issue
 
 
+def test_files(task: Task, source: str, repo_files: list[str]) -> list[str]:
+    """The task's test files, else the test files named after the module of `source` (as
+    `envs.synth.recipe.Recipe.tests_for` maps them); [] for all."""
+    return list(task.test_files) or _tests_named_after(source, repo_files)
+
+
+def test_listing(files: list[str]) -> str:
+    """`ls` of the folders that hold `files`: how an engineer who was not told the test files
+    finds them ('' when there are none to find)."""
+    folders = sorted({str(PurePosixPath(f).parent) for f in files})
+    if not folders:
+        return ""
+    return " ".join(["ls", *(shlex.quote(f) for f in folders if f != ".")])
+
+
 def test_command(task: Task, source: str, repo_files: list[str]) -> str:
-    """`python3 -m pytest -q -x` on the task's test files, else on the test files named after
-    the module of `source` (as `envs.synth.recipe.Recipe.tests_for` maps them), else all; with
-    the environment the task's own test command sets (`WCWIDTH_PYTHON=1 python3 -m pytest`:
-    without it that package's tests refuse to run)."""
-    files = list(task.test_files) or _tests_named_after(source, repo_files)
+    """`python3 -m pytest -q -x` on `test_files`, with the environment the task's own test
+    command sets (`WCWIDTH_PYTHON=1 python3 -m pytest`: without it that package's tests refuse
+    to run)."""
+    files = test_files(task, source, repo_files)
     options = " -o addopts=" if "-o addopts=" in task.test_cmd else ""
     command = f"python3 -m pytest -q -x{options} {' '.join(shlex.quote(f) for f in files)}"
     return " ".join([*_env_assignments(task.test_cmd), command]).rstrip()

@@ -21,6 +21,7 @@ import json
 import re
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from swefleet.agents.expert import ExpertPlan, ReasonedError, issue_title, python_heredoc
@@ -64,8 +65,14 @@ def expert_steps(plan: ExpertPlan, task: Task, trace: bool = False) -> Dialogue:
     reproduction script, and with `grep` only when the tree does not show it."""
     title = issue_title(task.problem_statement)
     lead = f"The issue: {title}. " if title else ""
-    obs = yield Step(f"{lead}First I run the tests for this part of the code to see where "
-                     "things stand.", "bash", {"command": plan.test_command})
+    run_tests = "First I run the tests for this part of the code to see where things stand."
+    if plan.test_listing:
+        obs = yield Step(f"{lead}First I look for the tests of this part of the code.", "bash",
+                         {"command": plan.test_listing})
+        _check_listed(obs, plan.test_command)
+        lead, run_tests = "", (f"The tests of `{PurePosixPath(plan.file).stem}` are there; I "
+                               "run them to see where things stand.")
+    obs = yield Step(f"{lead}{run_tests}", "bash", {"command": plan.test_command})
     said = _tests_said(obs, fixed=False)
     if plan.reproduction:
         obs = yield Step(f"{said} Let me run the example from the issue.", "bash",
@@ -165,6 +172,15 @@ def _traced(obs: str, plan: ExpertPlan) -> str:
 
 def _grep_found(obs: str, plan: ExpertPlan) -> bool:
     return _exit_code(obs) == 0 and (plan.file in obs or plan.grep.split()[-1] == plan.file)
+
+
+def _check_listed(obs: str, test_command: str) -> None:
+    """The listing must show every test file the next command runs (else the demonstration
+    would run names it never saw)."""
+    files = [w for w in test_command.split() if w.endswith(".py")]
+    missing = [f for f in files if PurePosixPath(f).name not in obs]
+    if missing:
+        raise ExpertAbort("tests_not_listed", f"the listing did not show {', '.join(missing)}")
 
 
 def _check_view(obs: str, path: str) -> None:

@@ -59,24 +59,28 @@ async def test_tool_demonstrations_are_resolved_and_follow_the_workflow(tasks, t
         traj = demo.trajectory
         assert traj.status == EpisodeStatus.resolved and traj.grade.status == GradeStatus.resolved
         tools = [_tool(t) for t in traj.turns]
-        assert tools == ["bash", "bash", "bash", "view", "str_replace", "bash", "bash", "submit"]
-        first, last = traj.turns[0].action, traj.turns[-2].action  # a bash call: the command
+        assert tools == ["bash", "bash", "bash", "bash", "view", "str_replace", "bash", "bash",
+                         "submit"]
+        assert traj.turns[0].action == "ls tests"  # the test files, found (never told)
+        first, last = traj.turns[1].action, traj.turns[-2].action  # a bash call: the command
         assert first.startswith("python3 -m pytest -q -x tests/test_") and first == last
-        assert "passed" in traj.turns[0].observation and "passed" in traj.turns[-2].observation
-        assert "Edited textkit/" in traj.turns[4].observation
+        assert first.split()[-1].removeprefix("tests/") in traj.turns[0].observation
+        assert "passed" in traj.turns[1].observation and "passed" in traj.turns[-2].observation
+        assert "Edited textkit/" in traj.turns[5].observation
         written = "".join(tok.decode(t.completion_ids) for t in traj.turns)
         task = tasks[traj.task_id]
         assert not any(test.split("::")[-1] in written for test in task.FAIL_TO_PASS)
         assert tok.decode(traj.turns[1].prompt_ids).count("<tool_response>") == 1  # exact deltas
-    assert "Traceback" in demos[1].trajectory.turns[1].observation  # parse_ranges("1-3,") raised
+    assert "Traceback" in demos[1].trajectory.turns[2].observation  # parse_ranges("1-3,") raised
 
 
 async def test_bash_demonstration_of_a_module_level_constant(tasks, tok):
     (demo,) = await _demonstrations([tasks["textkit__textkit-3"]], tok, "bash")
     assert demo.kept, (demo.reason, demo.detail)
     actions = [t.action for t in demo.trajectory.turns]
-    assert actions[0].startswith("python3 -m pytest -q -x tests/test_duration.py")
-    assert actions[2] == "grep -rn UNIT_SECONDS textkit"
-    assert actions[3].startswith("cat -n textkit/duration.py | sed -n")
-    assert actions[4].startswith("python3 - <<'EOF'") and "84600" in actions[4]
+    assert actions[0] == "ls tests"
+    assert actions[1].startswith("python3 -m pytest -q -x tests/test_duration.py")
+    assert actions[3] == "grep -rn UNIT_SECONDS textkit"
+    assert actions[4].startswith("cat -n textkit/duration.py | sed -n")
+    assert actions[5].startswith("python3 - <<'EOF'") and "84600" in actions[5]
     assert actions[-1] == "echo SWEFLEET_SUBMIT"

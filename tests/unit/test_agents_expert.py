@@ -189,6 +189,8 @@ def test_the_quickstart_issues_give_runnable_examples():
 
 
 def _observation(step, fixed: bool) -> str:
+    if step.tool == "bash" and step.arguments["command"].startswith("ls "):
+        return "<tool_response>\n<returncode>0</returncode>\n<output>\ntest_core.py\ntest_other.py\n"
     if step.tool == "bash" and "pytest" in step.arguments["command"]:
         return "<tool_response>\n<returncode>0</returncode>\n<output>\n3 passed in 0.1s\n</output>"
     if step.tool == "str_replace":
@@ -206,7 +208,7 @@ def _steps(plan, task):
         except StopIteration:
             return steps
         steps.append(step)
-        obs = _observation(step, fixed=len(steps) > 5)
+        obs = _observation(step, fixed=len(steps) > 6)
 
 
 def test_replies_parse_in_both_scaffolds_in_the_workflow_order():
@@ -216,16 +218,18 @@ def test_replies_parse_in_both_scaffolds_in_the_workflow_order():
     tools = ToolScaffold(AgentConfig(scaffold="tools"))
     bash = BashScaffold(AgentConfig())
     actions = [tools.parse_action(render_step(s, "tools"), "stop") for s in steps]
-    assert [a.tool for a in actions] == ["bash", "bash", "bash", "view", "str_replace",
+    assert [a.tool for a in actions] == ["bash", "bash", "bash", "bash", "view", "str_replace",
                                          "str_replace", "bash", "bash", "submit"]
-    assert actions[0].command == actions[-2].command == plan.test_command
-    assert actions[3].arguments == {"path": "calc/core.py", "view_range": [4, 10]}
+    assert actions[0].command == plan.test_listing == "ls tests"  # never told the test files
+    assert actions[1].command == actions[-2].command == plan.test_command
+    assert actions[4].arguments == {"path": "calc/core.py", "view_range": [4, 10]}
     for step in steps:
         text = render_step(step, "bash")
         assert "```bash" in text and bash.parse_action(text, "stop").command
     assert steps[0].thought.startswith("The issue: clamp() returns hi for values inside the "
-                                       "range. First I run the tests")
-    assert steps[1].thought.startswith("All 3 tests pass, so they do not cover")
+                                       "range. First I look for the tests")
+    assert steps[1].thought.startswith("The tests of `core` are there; I run them")
+    assert steps[2].thought.startswith("All 3 tests pass, so they do not cover")
     assert steps[-1].thought == "All 3 tests pass. The fix is done, so I submit."
 
 
@@ -233,7 +237,7 @@ def test_tests_that_fail_after_the_fix_abort_the_demonstration():
     task = _task()
     dialogue = expert_steps(plan_demonstration(task, _files(), REPO_FILES), task)
     step = next(dialogue)
-    for _ in range(7):
+    for _ in range(8):
         step = dialogue.send(_observation(step, fixed=False))
     assert step.tool == "bash" and "pytest" in step.arguments["command"]
     with pytest.raises(ExpertAbort) as err:
@@ -276,12 +280,13 @@ async def test_expert_episodes_through_the_loop_are_kept_or_counted(tok, tmp_pat
                                         tok, agent)
     kept, dropped = demos
     assert kept.kept and kept.trajectory.status == EpisodeStatus.resolved
-    assert kept.trajectory.reward == 1.0 and len(kept.trajectory.turns) == 9
+    assert kept.trajectory.reward == 1.0 and len(kept.trajectory.turns) == 10
     assert (dropped.kept, dropped.reason) == (False, "ambiguous_edit")  # an empty file
     assert dropped.trajectory is None  # skipped before any episode
     info = summary(demos)
     assert (info["kept"], info["dropped"], info["reasons"]) == (1, 1, {"ambiguous_edit": 1})
-    turns = kept.trajectory.turns
+    turns = kept.trajectory.turns[1:]  # after the listing of the test folder
+    assert "test_core.py" in kept.trajectory.turns[0].observation
     assert "1 passed" in turns[0].observation and "5\n-3" in turns[1].observation
     assert "calc/core.py:4:def clamp" in turns[2].observation
     assert "    10\t    return x" in turns[3].observation
@@ -332,11 +337,15 @@ def _plan_with_reproduction():
     return plan, task
 
 
+LISTING = "<returncode>0</returncode>\n<output>\ntest_core.py\ntest_other.py\n</output>"
+
+
 @pytest.mark.parametrize("shown", [True, False])
 def test_the_expert_finds_the_function_in_the_trace_else_greps(shown):
     plan, task = _plan_with_reproduction()
     dialogue = expert_steps(plan, task, trace=True)
-    tests = next(dialogue)
+    assert next(dialogue).arguments == {"command": "ls tests"}
+    tests = dialogue.send(LISTING)
     repro = dialogue.send("<returncode>0</returncode>\n<output>\n3 passed\n</output>")
     assert repro.tool == "bash" and repro.arguments["command"].startswith("cat > /tmp/repro.py")
     step = dialogue.send("<returncode>1</returncode>\n<output>\nAssertionError\n</output>")
@@ -355,6 +364,7 @@ def test_without_the_tool_the_expert_greps():
     plan, task = _plan_with_reproduction()
     dialogue = expert_steps(plan, task)
     next(dialogue)
+    dialogue.send(LISTING)
     dialogue.send("<returncode>0</returncode>\n<output>\n3 passed\n</output>")
     step = dialogue.send("<returncode>1</returncode>\n<output>\nAssertionError\n</output>")
     assert step.tool == "bash" and step.arguments["command"] == plan.grep
@@ -373,3 +383,12 @@ def test_a_missing_statement_and_two_exchanged_lines_are_explained():
                 bug_kind="removed_statement")
     (edit,) = plan_demonstration(task, {"m.py": b"def f(xs):\n    return xs\n"}, []).edits
     assert edit.why == "A statement is missing after line 1: it needs `xs.sort()`."
+
+
+def test_a_listing_without_the_test_files_aborts_the_demonstration():
+    plan, task = _plan_with_reproduction()
+    dialogue = expert_steps(plan, task)
+    next(dialogue)
+    with pytest.raises(ExpertAbort) as err:
+        dialogue.send("<returncode>0</returncode>\n<output>\ntest_other.py\n</output>")
+    assert err.value.reason == "tests_not_listed"
