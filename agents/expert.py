@@ -184,10 +184,10 @@ def plan_demonstration(task: Task, files: dict[str, bytes], repo_files: list[str
     first_changed = min(e.changed for e in edits if e.path == primary)
     function, def_line, span = _function(texts[primary], primary, first_changed, synth)
     grep = _grep_command(primary, function, texts[primary], first_changed)
+    tests = test_files(task, primary, repo_files)
     plan = ExpertPlan(
         file=primary, function=function, def_line=def_line, grep=grep,
-        test_command=test_command(task, primary, repo_files),
-        test_listing=test_listing(test_files(task, primary, repo_files)),
+        test_command=test_command(task, tests), test_listing=test_listing(tests),
         view_range=_view_range(span, first_changed, _last_changed(hunks, primary),
                                len(texts[primary].split("\n"))),
         edits=edits, issue_subject=_issue_subject(task.problem_statement) or function,
@@ -451,11 +451,10 @@ def test_listing(files: list[str]) -> str:
     return " ".join(["ls", *(shlex.quote(f) for f in folders if f != ".")])
 
 
-def test_command(task: Task, source: str, repo_files: list[str]) -> str:
-    """`python3 -m pytest -q -x` on `test_files`, with the environment the task's own test
-    command sets (`WCWIDTH_PYTHON=1 python3 -m pytest`: without it that package's tests refuse
-    to run)."""
-    files = test_files(task, source, repo_files)
+def test_command(task: Task, files: list[str]) -> str:
+    """`python3 -m pytest -q -x` on `files` (`test_files`; [] for all), with the environment
+    the task's own test command sets (`WCWIDTH_PYTHON=1 python3 -m pytest`: without it that
+    package's tests refuse to run)."""
     options = " -o addopts=" if "-o addopts=" in task.test_cmd else ""
     command = f"python3 -m pytest -q -x{options} {' '.join(shlex.quote(f) for f in files)}"
     return " ".join([*_env_assignments(task.test_cmd), command]).rstrip()

@@ -88,14 +88,16 @@ def junit_id(classname: str, name: str, ids: set[str]) -> str | None:
 
 
 def _junit_keys(ids: set[str]) -> dict[tuple[str, str], str]:
-    keys = {}
-    for node_id in ids:
-        parts = node_parts(node_id)
-        if len(parts) < 2:
-            continue
-        path = parts[0].removesuffix(".py").replace("/", ".")
-        keys[(".".join([path, *parts[1:-1]]), parts[-1])] = node_id
-    return keys
+    return {key: node_id for node_id in ids if (key := _junit_key(node_id))}
+
+
+def _junit_key(node_id: str) -> tuple[str, str] | None:
+    """(`classname`, `name`) as pytest's JUnit writer spells `node_id`; None for a bare path."""
+    parts = node_parts(node_id)
+    if len(parts) < 2:
+        return None
+    path = parts[0].removesuffix(".py").replace("/", ".")
+    return ".".join([path, *parts[1:-1]]), parts[-1]
 
 
 def junit_collect_errors(xml: bytes) -> list[str]:
@@ -160,9 +162,10 @@ def is_cut_id(test_id: str) -> bool:
 def _whole_outcomes(cases: list, cut_id: str) -> list[str]:
     """The outcomes of the report's tests whose whole id the cut id `cut_id` begins (its
     parameters followed by a space)."""
-    parts = node_parts(cut_id)
-    path = parts[0].removesuffix(".py").replace("/", ".")
-    classname, prefix = ".".join([path, *parts[1:-1]]), parts[-1] + " "
+    key = _junit_key(cut_id)
+    if key is None:
+        return []
+    classname, prefix = key[0], key[1] + " "
     return [_case_outcome(c) for c in cases
             if c.get("classname", "") == classname and c.get("name", "").startswith(prefix)]
 

@@ -13,6 +13,7 @@ from swefleet.envs.gradelog import is_infra
 from swefleet.envs.grading import DockerGrader, grade_many
 from swefleet.envs.synth.mutators import Mutation
 from swefleet.envs.synth.recipe import Recipe
+from swefleet.envs.tamper import is_cut_id
 
 from swefleet.types import GradeResult, Task
 
@@ -22,8 +23,7 @@ def well_formed(test_id: str) -> bool:
     so an id with a space in its parameters (`test_x[1 + 2]`) would reach it cut, also when the
     cut part holds a `]` of its own (`test_x[\\x1b]133;A $]` -> `test_x[\\x1b]133;A`)."""
     return (test_id.count("[") == test_id.count("]") and "::" in test_id
-            and ("[" not in test_id or test_id.endswith("]"))
-            and not any(c.isspace() for c in test_id))
+            and not is_cut_id(test_id) and not any(c.isspace() for c in test_id))
 
 
 def in_files(test_id: str, test_files: list[str]) -> bool:
