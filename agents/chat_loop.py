@@ -23,7 +23,7 @@ from typing import Any
 from swefleet.agents.chat_record import ChatTrajectory, ChatTurn
 from swefleet.agents.chat_scaffolds import make_chat_scaffold
 from swefleet.agents.config import AgentConfig
-from swefleet.agents.loop import _End, _Episode, drive_episode
+from swefleet.agents.loop import RepeatCounter, _End, _Episode, drive_episode
 from swefleet.agents.protocol import Action
 from swefleet.envs.protocol import Sandbox
 from swefleet.inference.chat_client import ChatClient, ChatReply
@@ -78,6 +78,7 @@ class _ChatEpisode(_Episode):
         self.used_tokens = 0
         """Prompt + completion tokens of the last answer (the endpoint's `usage`)."""
         self.format_errors = 0
+        self.repeats = RepeatCounter()
         self.deadline: float | None = None
         self.model_s = 0.0
         self.env_s = 0.0

@@ -28,6 +28,11 @@ class AgentConfig(BaseModel):
     max_format_errors: int = Field(default=3, ge=1)
     """Consecutive malformed replies (no action, several actions, undecodable bytes, invalid
     tool calls) allowed; the one that reaches this count ends the episode with `format_errors`."""
+    repeat_note_after: int | None = Field(default=3, ge=2)
+    """When the agent's action and its result are the same as in the turns just before, for the
+    Nth time in a row (N >= this), the observation ends with a note saying so and asking for a
+    different action (a small model's commonest failure is to loop on one failing edit).
+    None: never."""
     command_timeout_s: float = Field(default=60.0, gt=0)
     """Per-command timeout in the sandbox (the sandbox kills the command's process group); also
     bounds each file read/write of the file tools and the final `git diff`."""

@@ -138,6 +138,7 @@ class _Episode:
         self.pending: list[int] = []
         """Tokens to append before the next model call (the next turn's prompt_ids)."""
         self.format_errors = 0
+        self.repeats = RepeatCounter()
         self.min_version = config.min_policy_version or 0
         self.system = ""
         self.instance = ""
@@ -241,7 +242,11 @@ class _Episode:
         if action.submit:
             raise _End(EpisodeStatus.unresolved, "submitted")
         observation = await self.execute(turn, action)
-        self.observe(turn, observation.text, observation.truncated_chars)
+        text = observation.text
+        times = self.repeats.count(turn.action, text)
+        if self.config.repeat_note_after is not None and times >= self.config.repeat_note_after:
+            text += repeat_note(times)
+        self.observe(turn, text, observation.truncated_chars)
         if observation.submitted:
             raise _End(EpisodeStatus.unresolved, "submitted")
 
@@ -305,6 +310,27 @@ class _Episode:
                 _finish(self.traj, EpisodeStatus.infra_error, f"{detail} (after {before})")
         finally:
             self.env_s += time.monotonic() - t0
+
+
+def repeat_note(times: int) -> str:
+    """What the agent is told after the same action gave the same result `times` in a row."""
+    return (f"\n\nNote: you have now run this same action {times} times in a row and got the "
+            "same result each time. Repeating it will not change anything: do something "
+            "different (view the code again, change the arguments, or take another approach).")
+
+
+class RepeatCounter:
+    """How many times in a row the same (action, observation) pair has been seen."""
+
+    def __init__(self) -> None:
+        self.last: tuple[str, str] | None = None
+        self.times = 0
+
+    def count(self, action: str, observation: str) -> int:
+        pair = (action, observation)
+        self.times = self.times + 1 if pair == self.last else 1
+        self.last = pair
+        return self.times
 
 
 def _turn(prompt_ids: list[int], completion: Completion, latency: float) -> Turn:

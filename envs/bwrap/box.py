@@ -46,6 +46,11 @@ HOME = "/home/agent"
 #: killed processes stop counting against RLIMIT_NPROC soon.)
 _PID1 = ["bash", "--noprofile", "--norc", "-c",
          'while (( SECONDS < $0 )); do read -r -t 0.2 _; (( $? > 128 )) || exit 0; (:); done']
+#: Environment every box starts with (the image's own ENV overrides it). glibc reserves 64 MiB
+#: of address space per malloc arena and allows 8 arenas a core: a threaded test suite on a
+#: many-core host then runs out of RLIMIT_AS (`memory_mb`) with little memory in use
+#: (`MemoryError`, "can't start new thread"). Docker's cgroup cap counts used memory only.
+BOX_ENV = {"MALLOC_ARENA_MAX": "2"}
 _uids = itertools.count()
 _live_uids: set[int] = set()
 _swept: set[Path] = set()
@@ -116,7 +121,7 @@ class Box:
         if base not in _swept:  # copies that a killed process left behind
             _swept.add(base)
             await asyncio.to_thread(sweep_dead, base)
-        env = {**image_env(entry), "HOME": HOME, "USER": limits.user, **session_env}
+        env = {**BOX_ENV, **image_env(entry), "HOME": HOME, "USER": limits.user, **session_env}
         box = cls(entry, workdir, limits, env, _host_uid(cfg), base / f"{os.getpid()}.{name}",
                   bwrap=bwrap_exe(cfg.bwrap_path))
         try:

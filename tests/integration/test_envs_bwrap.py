@@ -169,3 +169,34 @@ def test_eval_through_bwrap(tmp_path, agent, rate):
     report = json.loads((out / "report.json").read_text())
     assert report["success_rate"] == rate and report["infra_errors"] == 0
     assert report["n_episodes"] == 3
+
+
+THREADS = textwrap.dedent("""
+    import threading
+    barrier = threading.Barrier(24)
+    def work():
+        barrier.wait()
+        keep = [str(i) * 3 for i in range(20000)]  # small objects: the thread's malloc arena
+        barrier.wait()
+    threads = [threading.Thread(target=work) for _ in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("threads done")
+""")
+
+
+async def test_threads_fit_the_address_space_limit(envs_tiny_task):
+    """24 threads allocating at once fit in 1 GiB of address space: the box caps glibc's malloc
+    arenas (64 MiB reserved each); with up to 64 arenas (8 a core on 8 cores) they do not."""
+    async with await _make(envs_tiny_task) as sb:
+        await sb.write_file("/tmp/threads.py", THREADS.encode())
+        r = await sb.run("echo $MALLOC_ARENA_MAX; python3 /tmp/threads.py")
+        assert r.output.split("\n")[:2] == ["2", "threads done"], r.output
+    many = CFG.model_copy(update={"session_env": {**CFG.session_env, "MALLOC_ARENA_MAX": "64"}})
+    async with await _make(envs_tiny_task, many) as sb:
+        await sb.write_file("/tmp/threads.py", THREADS.encode())
+        r = await sb.run("python3 /tmp/threads.py")
+        assert "threads done" not in r.output, r.output
+        assert "can't start new thread" in r.output or "MemoryError" in r.output, r.output

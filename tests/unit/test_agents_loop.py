@@ -403,3 +403,18 @@ async def test_stale_answer_to_a_version_floor_is_dropped_stale(tok, sandbox):
     traj, model = await play(tok, sandbox, [bash("ls"), stale], min_policy_version=5)
     assert traj.status == EpisodeStatus.dropped_stale and len(traj.turns) == 1
     assert model.requests[-1].min_policy_version == 5
+
+
+async def test_a_repeated_action_with_the_same_result_gets_a_note(tok, sandbox):
+    """The third identical (action, result) in a row is told so; a different action resets the
+    count; an identical command whose result changed is not a repeat."""
+    grow = bash("echo x >> log.txt; wc -l < log.txt")  # same command, new output each time
+    script = [bash("cat greet.py")] * 3 + [bash("ls")] + [bash("cat greet.py")] * 2 \
+        + [grow] * 3 + [SUBMIT]
+    traj, _ = await play(tok, sandbox, script)
+    noted = [("Note: you have now run this same action" in t.observation) for t in traj.turns]
+    assert noted == [False, False, True, False, False, False, False, False, False, False]
+    assert "3 times in a row" in traj.turns[2].observation
+    traj, _ = await play(tok, sandbox, [bash("cat greet.py")] * 4 + [SUBMIT],
+                         repeat_note_after=None)
+    assert not any("Note:" in t.observation for t in traj.turns)
