@@ -46,7 +46,9 @@ class Sandbox(Protocol):
 
     async def read_file(self, path: str) -> bytes: ...
 
-    async def write_file(self, path: str, data: bytes) -> None: ...
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write `data` to `path`; an existing file keeps its mode, a new one is 0644."""
+        ...
 
     async def diff(self) -> str:
         """`git diff` of the working tree against the base state (the model patch)."""

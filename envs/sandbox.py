@@ -366,13 +366,17 @@ class DockerSandbox:
                 raise self._engine_error(f"read {target}: ", e) from e
         raise OSError(f"too many levels of symbolic links: {path}")
 
-    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Write a file owned by the sandbox user; parent directories are created."""
+    async def write_file(self, path: str, data: bytes, mode: int | None = None) -> None:
+        """Write a file owned by the sandbox user; parent directories are created. An existing
+        file keeps its mode unless `mode` is given (an edited script stays executable); a new
+        one gets `mode`, else 0o644."""
         import docker.errors
 
         self._check_budget()
         target = self._abs(path)
         parent, name = posixpath.split(target)
+        if mode is None:
+            mode = await self._mode_of(target)
         tar = containers.tar_one_file(name, data, self.session.uid, self.session.gid, mode)
         for attempt in range(2):
             try:
@@ -392,6 +396,12 @@ class DockerSandbox:
             except _docker_errors() as e:
                 self._check_budget(e)
                 raise self._engine_error(f"write {target}: ", e) from e
+
+    async def _mode_of(self, target: str) -> int:
+        """The permission bits of the existing file `target`; 0o644 when there is none."""
+        r = await self.exec(f"stat -c %a -- {shlex.quote(target)} 2>/dev/null", timeout_s=30)
+        text = r.output.strip()
+        return int(text, 8) if r.exit_code == 0 and text.isdigit() else 0o644
 
     async def apply_patch(self, patch: str, timeout_s: float = 60.0) -> CommandResult:
         """Apply a unified diff in the workdir: `git apply`, falling back to `patch --fuzz`.

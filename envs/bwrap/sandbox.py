@@ -143,11 +143,14 @@ class BwrapSandbox(DockerSandbox):
                           "with shell commands (head, tail, sed -n, grep)")
         raise PermissionError(f"cannot read {target}: {err.decode(errors='replace').strip()}")
 
-    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Write a file owned by the sandbox user; parent directories are created."""
+    async def write_file(self, path: str, data: bytes, mode: int | None = None) -> None:
+        """Write a file owned by the sandbox user; parent directories are created. An existing
+        file is overwritten in place and keeps its mode unless `mode` is given; a new one gets
+        `mode`, else 0o644."""
         target = self._abs(path)
         q, parent = shlex.quote(target), shlex.quote(posixpath.dirname(target))
-        script = f"mkdir -p -- {parent} && cat > {q} && chmod {mode:o} -- {q}"
+        chmod = f"chmod {mode:o} -- {q}" if mode is not None else f"[ -n \"$kept\" ] || chmod 644 -- {q}"
+        script = f"mkdir -p -- {parent} && {{ [ -e {q} ] && kept=1; cat > {q}; }} && {chmod}"
         _, err, rc, _, _ = await self._exec_raw(script, 60, stdin=data)
         if rc != 0:
             raise PermissionError(f"cannot write {target}: {err.decode(errors='replace').strip()}")

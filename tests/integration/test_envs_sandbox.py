@@ -15,6 +15,8 @@ from swefleet.envs.config import FarmConfig, SandboxLimits
 from swefleet.envs.protocol import InfraError
 from swefleet.envs.sandbox import ContainerDied, DockerSandbox
 
+from tests.integration.sandbox_backends import BACKENDS, make_sandbox, require
+
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 RUN = f"test-sandbox-{uuid.uuid4().hex[:8]}"
 CFG = FarmConfig(
@@ -186,6 +188,20 @@ async def test_files_and_diff(sb, client, envs_tiny_task):
         assert applied.exit_code == 0, applied.output
         assert await fresh.read_file("calc.py") == b"def add(a, b):\n    return a + b\n"
         assert await fresh.diff() == patch
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_an_edited_file_keeps_its_mode(backend, envs_tiny_task):
+    """Writing over an executable file (as the agent's `str_replace` does) keeps it executable
+    (a patch of an edit to a script would otherwise change its mode); a new file is 0644."""
+    require(backend)
+    async with await make_sandbox(backend, envs_tiny_task, RUN, CFG) as box:
+        await box.run("chmod 755 calc.py")
+        await box.write_file("calc.py", b"def add(a, b):\n    return a + b\n")
+        await box.write_file("tool.sh", b"echo hi\n")
+        modes = (await box.run("stat -c %a calc.py tool.sh")).output.split()
+        assert modes == ["755", "644"], modes
+        assert await box.read_file("calc.py") == b"def add(a, b):\n    return a + b\n"
 
 
 async def test_agent_killing_its_own_shell_gets_a_new_one(sb):
