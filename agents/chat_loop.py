@@ -84,9 +84,10 @@ class _ChatEpisode(_Episode):
         self.env_s = 0.0
 
     async def run(self) -> None:
+        shown = await self.shown_task()
         self.pending = [
-            {"role": "system", "content": self.scaffold.system_prompt(self.task)},
-            {"role": "user", "content": self.scaffold.instance_prompt(self.task)},
+            {"role": "system", "content": self.scaffold.system_prompt(shown)},
+            {"role": "user", "content": self.scaffold.instance_prompt(shown)},
         ]
         while True:
             if len(self.traj.turns) >= self.config.max_steps:

@@ -29,10 +29,15 @@ class AgentConfig(BaseModel):
     """Consecutive malformed replies (no action, several actions, undecodable bytes, invalid
     tool calls) allowed; the one that reaches this count ends the episode with `format_errors`."""
     repeat_note_after: int | None = Field(default=3, ge=2)
-    """When the agent's action and its result are the same as in the turns just before, for the
-    Nth time in a row (N >= this), the observation ends with a note saying so and asking for a
-    different action (a small model's commonest failure is to loop on one failing edit).
-    None: never."""
+    """When the agent's action gives the same result for the Nth time in the episode (N >= this;
+    in a row or in a cycle of several actions), the observation ends with a note saying so and
+    asking for a different action (a small model's commonest failure is to loop on failing
+    edits). None: never."""
+    attach_reproduction: bool = True
+    """An issue with a reproduction section (`swefleet tasks reproduce`) comes with its script
+    already saved at `/tmp/repro.py`, and its section says so (as a bug report with the
+    reproducer attached). False: the agent is asked to save the script itself (a small model
+    often breaks its quoting while copying it)."""
     command_timeout_s: float = Field(default=60.0, gt=0)
     """Per-command timeout in the sandbox (the sandbox kills the command's process group); also
     bounds each file read/write of the file tools and the final `git diff`."""

@@ -29,6 +29,7 @@ from pathlib import PurePosixPath
 
 from swefleet.envs import safe_ast
 from swefleet.envs.synth.repro import (
+    ATTACHED,
     SCRIPT_PATH,
     heredoc_delimiter,
     reproduction_in,
@@ -485,9 +486,12 @@ def _tests_named_after(source: str, repo_files: list[str]) -> list[str]:
 
 def reproduction_commands(statement: str) -> dict[str, str]:
     """`reproduction`, `reproduction_run` and `reproduction_rerun` of a plan: the issue's
-    reproduction section saved where it says and run, else its `>>>` example fed to
-    `python3 -` (both times)."""
+    reproduction section saved where it says and run (run as it is when it came saved with the
+    issue), else its `>>>` example fed to `python3 -` (both times)."""
     script = reproduction_in(statement)
+    if script and ATTACHED in statement:  # saved with the issue: run it as it is
+        return {"reproduction": script, "reproduction_run": f"python3 {SCRIPT_PATH}",
+                "reproduction_rerun": f"python3 {SCRIPT_PATH}"}
     if script:
         return {"reproduction": script, "reproduction_run": save_and_run(script),
                 "reproduction_rerun": f"python3 {SCRIPT_PATH}"}

@@ -28,6 +28,7 @@ from swefleet.agents.context import compacted_prompt
 from swefleet.agents.protocol import Action, ChatTokenizer, FormatError, Observation
 from swefleet.agents.scaffolds import make_scaffold
 from swefleet.envs.protocol import DiskBudgetExceeded, RepositoryBroken, Sandbox
+from swefleet.envs.synth.repro import SCRIPT_PATH, attached
 from swefleet.inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
 
 from swefleet import routed_experts
@@ -159,8 +160,9 @@ class _Episode:
             raise _End(EpisodeStatus.limit_time, _time_reason(self.deadline, start)) from None
 
     async def run(self) -> None:
-        self.system = self.scaffold.system_prompt(self.task)
-        self.instance = self.scaffold.instance_prompt(self.task)
+        shown = await self.shown_task()
+        self.system = self.scaffold.system_prompt(shown)
+        self.instance = self.scaffold.instance_prompt(shown)
         self.pending = self.chat.initial_prompt(self.system, self.instance)
         while True:
             if len(self.traj.turns) >= self.config.max_steps:
@@ -168,6 +170,11 @@ class _Episode:
             turn = await self.generate()
             self.traj.turns.append(turn)
             await self.act(turn)
+
+    async def shown_task(self) -> Task:
+        """The task as the agent is shown it: with `attach_reproduction`, the issue's
+        reproduction script is saved in the sandbox first and its section says so."""
+        return await shown_task(self.task, self.sandbox, self.config)
 
     async def generate(self) -> Turn:
         """One model call on `context + pending` (or on a compacted prompt, which starts a new
@@ -312,25 +319,37 @@ class _Episode:
             self.env_s += time.monotonic() - t0
 
 
+async def shown_task(task: Task, sandbox: Sandbox, config: AgentConfig) -> Task:
+    """`task` as its agent sees it (`_Episode.shown_task`); writes the attached script."""
+    if not config.attach_reproduction:
+        return task
+    statement, script = attached(task.problem_statement)
+    if statement == task.problem_statement:
+        return task
+    async with asyncio.timeout(config.command_timeout_s):
+        await sandbox.write_file(SCRIPT_PATH, script.encode())
+    return task.model_copy(update={"problem_statement": statement})
+
+
 def repeat_note(times: int) -> str:
-    """What the agent is told after the same action gave the same result `times` in a row."""
-    return (f"\n\nNote: you have now run this same action {times} times in a row and got the "
-            "same result each time. Repeating it will not change anything: do something "
-            "different (view the code again, change the arguments, or take another approach).")
+    """What the agent is told when an action gave the same result `times` times."""
+    return (f"\n\nNote: you have now run this same action {times} times in this episode and "
+            "got the same result each time. Repeating it will not change anything: do "
+            "something different (view the code again, change the arguments, or take another "
+            "approach).")
 
 
 class RepeatCounter:
-    """How many times in a row the same (action, observation) pair has been seen."""
+    """How many times each (action, observation) pair has been seen in the episode: a loop
+    over several actions repeats each of them as surely as a loop over one."""
 
     def __init__(self) -> None:
-        self.last: tuple[str, str] | None = None
-        self.times = 0
+        self.seen: dict[int, int] = {}
 
     def count(self, action: str, observation: str) -> int:
-        pair = (action, observation)
-        self.times = self.times + 1 if pair == self.last else 1
-        self.last = pair
-        return self.times
+        key = hash((action, observation))
+        self.seen[key] = self.seen.get(key, 0) + 1
+        return self.seen[key]
 
 
 def _turn(prompt_ids: list[int], completion: Completion, latency: float) -> Turn:

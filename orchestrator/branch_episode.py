@@ -62,8 +62,9 @@ class _BranchEpisode(_Episode):
         self.traj.branch_turn = point.turn
 
     async def run(self) -> None:
-        self.system = self.scaffold.system_prompt(self.task)
-        self.instance = self.scaffold.instance_prompt(self.task)
+        shown = await self.shown_task()
+        self.system = self.scaffold.system_prompt(shown)
+        self.instance = self.scaffold.instance_prompt(shown)
         self.start_from_prefix()
         await self.restore()
         while True:  # `_Episode.run`'s loop, from turn k+1

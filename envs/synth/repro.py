@@ -31,6 +31,9 @@ SCRIPT_PATH = "/tmp/repro.py"
 SECTION = (f"To reproduce, save this script as `{SCRIPT_PATH}` and run `python3 {SCRIPT_PATH}` "
            "from the repository root; it exits with an error:")
 """The line that opens the reproduction section of an issue (the expert finds it by this)."""
+ATTACHED = (f"This script is already saved as `{SCRIPT_PATH}`: run `python3 {SCRIPT_PATH}` from "
+            "the repository root; it exits with an error:")
+"""The same line when the script comes saved with the issue (`[agent] attach_reproduction`)."""
 
 
 def heredoc_delimiter(text: str) -> str:
@@ -228,9 +231,24 @@ def with_reproduction(statement: str, script: str) -> str:
     return f"{head}\n\n{section}\n\n{closing}\n"
 
 
+def attached(statement: str) -> tuple[str, str]:
+    """`(statement, script)` for an issue whose reproduction comes saved at `SCRIPT_PATH`: its
+    section says so instead of asking for the script to be saved; `(statement, '')` when it has
+    no reproduction section."""
+    script = reproduction_in(statement)
+    if not script or SECTION not in statement:
+        return statement, script
+    return statement.replace(SECTION, ATTACHED, 1), script
+
+
+def _section_start(statement: str) -> int:
+    found = [i for i in (statement.find(SECTION), statement.find(ATTACHED)) if i >= 0]
+    return min(found, default=-1)
+
+
 def without_reproduction(statement: str) -> str:
     """`statement` without its reproduction section, if it has one."""
-    start = statement.find(SECTION)
+    start = _section_start(statement)
     if start < 0:
         return statement
     end = statement.find("```", statement.find("```python", start) + 9)
@@ -239,7 +257,7 @@ def without_reproduction(statement: str) -> str:
 
 def reproduction_in(statement: str) -> str:
     """The script of the statement's reproduction section; '' when it has none."""
-    start = statement.find(SECTION)
+    start = _section_start(statement)
     if start < 0:
         return ""
     m = re.compile(r"```python\n(.*?)```", re.DOTALL).search(statement, start)

@@ -77,10 +77,15 @@ def test_recorded_script_fails_on_the_bug_only(tasks):
     assert fixed.returncode == 0, fixed.stderr[-2000:]
 
 
-async def test_expert_runs_the_reproduction_before_and_after_the_fix(tasks, tok):
+@pytest.mark.parametrize("attach", [True, False])
+async def test_expert_runs_the_reproduction_before_and_after_the_fix(tasks, tok, attach):
+    """With the script attached (saved in the sandbox before the first turn, the issue says
+    so) the expert runs it as it is; else it saves it first. Either way it fails on the bug and
+    passes after the fix."""
     run_id = f"test-repro-{uuid.uuid4().hex[:8]}"
     agent = AgentConfig(scaffold="tools", max_steps=3, max_tokens_per_turn=200,
-                        context_budget_tokens=16384, command_timeout_s=60)
+                        context_budget_tokens=16384, command_timeout_s=60,
+                        attach_reproduction=attach)
     grader = DockerGrader(run_id, timeout_s=300, max_parallel=1)
     try:
         async with DockerFarm(run_id) as farm:
@@ -93,7 +98,9 @@ async def test_expert_runs_the_reproduction_before_and_after_the_fix(tasks, tok)
     assert traj.status == EpisodeStatus.resolved
     commands = [json.loads(t.action)["arguments"].get("command", "") if t.action.startswith("{")
                 else t.action for t in traj.turns]
-    first = next(i for i, c in enumerate(commands) if c.startswith("cat > /tmp/repro.py"))
+    run = "python3 /tmp/repro.py" if attach else "cat > /tmp/repro.py"
+    first = next(i for i, c in enumerate(commands) if c.startswith(run))
     assert "Traceback" in traj.turns[first].observation
-    rerun = commands.index("python3 /tmp/repro.py")
+    assert not any(c.startswith("cat > /tmp/repro.py") for c in commands) if attach else True
+    rerun = len(commands) - 1 - commands[::-1].index("python3 /tmp/repro.py")
     assert rerun > first and "Traceback" not in traj.turns[rerun].observation

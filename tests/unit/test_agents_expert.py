@@ -24,7 +24,7 @@ from swefleet.agents.expert import (
 from swefleet.agents.expert_dialogue import ExpertAbort, expert_steps, render_step
 from swefleet.agents.expert_run import expert_demonstrations, summary
 from swefleet.agents.scaffolds import BashScaffold, ToolScaffold
-from swefleet.envs.synth.repro import with_reproduction
+from swefleet.envs.synth.repro import reproduction_in, with_reproduction, without_reproduction
 from swefleet.envs.tasks import load_tasks
 
 from swefleet.types import EpisodeStatus, GradeCause, GradeResult, GradeStatus, Task
@@ -392,3 +392,16 @@ def test_a_listing_without_the_test_files_aborts_the_demonstration():
     with pytest.raises(ExpertAbort) as err:
         dialogue.send("<returncode>0</returncode>\n<output>\ntest_other.py\n</output>")
     assert err.value.reason == "tests_not_listed"
+
+
+def test_an_attached_reproduction_is_run_as_it_is():
+    from swefleet.envs.synth.repro import ATTACHED, SECTION, attached
+
+    _, task = _plan_with_reproduction()
+    statement, script = attached(task.problem_statement)
+    assert ATTACHED in statement and SECTION not in statement and script
+    assert reproduction_in(statement) == script == reproduction_in(task.problem_statement)
+    commands = reproduction_commands(statement)
+    assert commands["reproduction_run"] == commands["reproduction_rerun"] == "python3 /tmp/repro.py"
+    assert reproduction_commands(task.problem_statement)["reproduction_run"].startswith("cat > ")
+    assert without_reproduction(statement) == without_reproduction(task.problem_statement)

@@ -406,15 +406,47 @@ async def test_stale_answer_to_a_version_floor_is_dropped_stale(tok, sandbox):
 
 
 async def test_a_repeated_action_with_the_same_result_gets_a_note(tok, sandbox):
-    """The third identical (action, result) in a row is told so; a different action resets the
-    count; an identical command whose result changed is not a repeat."""
+    """The third identical (action, result) of the episode is told so, in a row or in a cycle;
+    an identical command whose result changed is not a repeat."""
     grow = bash("echo x >> log.txt; wc -l < log.txt")  # same command, new output each time
-    script = [bash("cat greet.py")] * 3 + [bash("ls")] + [bash("cat greet.py")] * 2 \
-        + [grow] * 3 + [SUBMIT]
+    cycle = [bash("cat greet.py"), bash("ls")]
+    script = [bash("cat greet.py")] * 3 + [grow] * 3 + cycle * 2 + [SUBMIT]
     traj, _ = await play(tok, sandbox, script)
-    noted = [("Note: you have now run this same action" in t.observation) for t in traj.turns]
-    assert noted == [False, False, True, False, False, False, False, False, False, False]
-    assert "3 times in a row" in traj.turns[2].observation
+    noted = ["Note: you have now run this same action" in t.observation for t in traj.turns]
+    assert noted == [False, False, True, False, False, False, True, False, True, False, False]
+    assert "action 3 times" in traj.turns[2].observation
+    assert "action 5 times" in traj.turns[8].observation  # cat greet.py, in the cycle
     traj, _ = await play(tok, sandbox, [bash("cat greet.py")] * 4 + [SUBMIT],
                          repeat_note_after=None)
     assert not any("Note:" in t.observation for t in traj.turns)
+
+
+class _RecordingSandbox(LocalShellSandbox):
+    """Keeps writes outside the repository (the attached script) instead of writing them on
+    the host."""
+
+    written: dict[str, bytes]
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        if path.startswith("/"):
+            self.written[path] = data
+            return
+        await super().write_file(path, data)
+
+
+@pytest.mark.parametrize("attach", [True, False])
+async def test_an_issue_s_reproduction_comes_saved_when_attached(tok, tmp_path, attach):
+    from swefleet.envs.synth.repro import ATTACHED, SECTION, with_reproduction
+
+    script = "from greet import greet\nassert greet() == 'hello'\n"
+    task = TASK.model_copy(update={"problem_statement": with_reproduction(
+        "greet() is rude.\n\nPlease fix it.", script)})
+    sandbox = _RecordingSandbox.create(tmp_path / "repo", FILES)
+    sandbox.written = {}
+    model = ScriptedModel(tok, [SUBMIT], version=7)
+    cfg = AgentConfig(command_timeout_s=10.0, attach_reproduction=attach)
+    await run_episode(task, sandbox, model, tok, cfg, "ep-0", "g-0")
+    prompt = tok.decode(model.requests[0].prompt_ids)
+    assert (ATTACHED in prompt, SECTION in prompt) == (attach, not attach)
+    assert script.strip() in prompt
+    assert sandbox.written == ({"/tmp/repro.py": script.encode()} if attach else {})
