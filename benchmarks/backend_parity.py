@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from swefleet.envs.gradelog import patch_paths
 from swefleet.envs.parity import Case, check_parity
 from swefleet.envs.tasks import load_tasks, prepare_task_images
+from swefleet.evals.select import spread_over_packages
 
 from swefleet.types import Task
 from tests.integration.test_envs_grading_docker import new_file_patch
@@ -102,18 +103,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tasks", required=True, help="a task file (jsonl)")
     p.add_argument("--slice", default=":", help="tasks START:STOP of the file (default: all)")
-    p.add_argument("--hacks", default="", help="comma-separated technique names (default: all)")
+    p.add_argument("--hacks", default="",
+                   help="comma-separated technique names (default: all; `none`: gold and empty "
+                        "patches only)")
+    p.add_argument("--per-split", type=int, default=0,
+                   help="at most N tasks of each split, spread over its packages (after --slice)")
     p.add_argument("--concurrency", type=int, default=2, help="grades at once per backend")
     p.add_argument("--gold-repeats", type=int, default=1,
                    help="grades of each gold patch per backend (each with a fresh secret seed)")
     args = p.parse_args(argv)
-    names = [n for n in args.hacks.split(",") if n]
+    names = [n for n in args.hacks.split(",") if n and args.hacks != "none"]
     unknown = sorted(set(names) - {h.name for h in HACKS})
     if unknown:
         p.error(f"unknown technique(s): {', '.join(unknown)}; known: "
                 f"{', '.join(h.name for h in HACKS)}")
-    hacks = [h for h in HACKS if not names or h.name in names]
+    hacks = [] if args.hacks == "none" else [h for h in HACKS if not names or h.name in names]
     tasks = load_tasks(args.tasks)[parse_slice(args.slice)]
+    if args.per_split:
+        tasks = spread_over_packages(tasks, args.per_split)
     prepare_task_images(tasks, args.tasks)
     cases = cases_of(tasks, hacks, args.gold_repeats)
     report = check_parity(cases, f"parity-{uuid.uuid4().hex[:8]}", concurrency=args.concurrency)

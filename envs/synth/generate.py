@@ -73,7 +73,7 @@ def existing_tasks(out_file: Path, prefix: str) -> list[dict]:
 def covered_functions(records: list[dict]) -> Counter[tuple[str, str]]:
     """(file, function) -> tasks of `records` that planted their bug there."""
     return Counter((r["synth"]["file"], r["synth"]["function"])
-                   for r in records if isinstance(r.get("synth"), dict))
+                   for r in records if isinstance(r.get("synth"), dict) and "file" in r["synth"])
 
 
 def load_package(recipe_path: Path) -> Package:

@@ -68,7 +68,7 @@ def _tasks(args: argparse.Namespace) -> int:
 
     handlers = {"generate": cli.generate_cli, "validate": cli.validate_cli,
                 "reproduce": cli.reproduce_cli, "difficulty": cli.difficulty_cli,
-                "probes": cli.probes_cli, "stats": cli.stats_cli}
+                "probes": cli.probes_cli, "stats": cli.stats_cli, "combine": cli.combine_cli}
     return handlers[args.tasks_cmd](args)
 
 
@@ -294,6 +294,17 @@ def _add_tasks_parsers(sub) -> None:
     for name, what in (("reproduce", "give generated tasks' issues a checked reproduction"),
                        ("probes", "record the behaviour probes that decide the twins")):
         _add_task_file_update(ts_sub.add_parser(name, help=what))
+    co = ts_sub.add_parser("combine", help="two-bug tasks from pairs of a package's tasks, "
+                                           "validated, appended to the task file")
+    co.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL), appended")
+    co.add_argument("--per-package", type=flags.positive_int, default=2, metavar="N",
+                    help="pairs of each package and split (default: 2)")
+    co.add_argument("--seed", type=int, default=0, help="draw of the pairs (default: 0)")
+    co.add_argument("-k", type=flags.positive_int, default=2, help="runs of the gold and empty "
+                    "patch per task")
+    flags.add_max_workers(co, "test runs at a time", default=2)
+    co.add_argument("--base-image", default="swefleet-base:bookworm",
+                    help="base image of the task images")
     st = ts_sub.add_parser("stats", help="a task file's packages, splits and list sizes")
     st.add_argument("--tasks", required=True, metavar="FILE", help="task file (JSONL/JSON/Parquet)")
     st.add_argument("--split", default=None, help="only these splits (comma list)")

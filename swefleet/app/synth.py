@@ -199,3 +199,53 @@ def task_file_arg(args: argparse.Namespace) -> str:
         raise ValueError("--tasks FILE is required (the task file to validate)")
     check_task_source(source)
     return source
+
+
+def combine_cli(args: argparse.Namespace) -> int:
+    """`swefleet tasks combine`: pairs of a package's tasks as two-bug tasks, each validated
+    (gold resolves k times, empty does not, neither part's fix alone resolves); the valid ones
+    are appended to the task file."""
+    from swefleet.envs.backends import make_grader
+    from swefleet.envs.config import FarmConfig
+    from swefleet.envs.images import build_base_image
+    from swefleet.envs.reaper import remove_run_containers
+    from swefleet.envs.synth.combine import combine, half_fixes, pick_pairs
+    from swefleet.envs.synth.validate import validate_tasks
+    from swefleet.envs.tasks import load_tasks, prepare_task_images
+
+    started = time.monotonic()
+    path = Path(args.tasks)
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    known = {r["instance_id"] for r in records}
+    candidates = [c for c in (combine(a, b) for a, b in pick_pairs(records, args.per_package,
+                                                                    args.seed))
+                  if c["instance_id"] not in known]
+    if not candidates:
+        raise ValueError(f"--tasks {path}: no new pair of tasks can be combined")
+    scratch = path.with_name(f".{path.stem}.combine-{uuid.uuid4().hex[:8]}.jsonl")
+    scratch.write_text("".join(json.dumps(c) + "\n" for c in candidates))
+    run_id = f"combine-{uuid.uuid4().hex[:8]}"
+    try:
+        tasks = load_tasks(scratch)
+        build_base_image(args.base_image)
+        prepare_task_images(tasks, scratch, args.base_image)
+        grader = make_grader(run_id, FarmConfig())
+        try:
+            rows = asyncio.run(validate_tasks(tasks, grader, args.k, args.max_workers))
+            halves = asyncio.run(half_fixes(tasks, grader, args.max_workers))
+        finally:
+            grader.close()
+            remove_run_containers(run_id)
+    finally:
+        scratch.unlink(missing_ok=True)
+    kept = [c for c, r in zip(candidates, rows, strict=True)
+            if r.ok and "resolved" not in halves[r.instance_id]]
+    for c, r in zip(candidates, rows, strict=True):
+        ok = c in kept
+        print(f"{'OK  ' if ok else 'FAIL'} {r.instance_id:70} {r.split:8} gold={','.join(r.gold)} "
+              f"empty={','.join(r.empty)} halves={','.join(halves[r.instance_id])}")
+    with path.open("a") as out:
+        out.write("".join(json.dumps(c) + "\n" for c in kept))
+    print(json.dumps({"candidates": len(candidates), "kept": len(kept), "k": args.k,
+                      "seconds": round(time.monotonic() - started, 1)}))
+    return 0
