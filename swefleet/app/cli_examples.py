@@ -38,6 +38,7 @@ EXAMPLES: dict[str, list[str]] = {
     "tasks difficulty": [("swefleet tasks difficulty --tasks envs/data/pypi/tasks.jsonl "
                           "--eval out/base-train-k8 --key qwen1.5b-base-k8")],
     "tasks stats": ["swefleet tasks stats --tasks envs/data/pypi/tasks.jsonl --split heldout"],
+    "tasks combine": ["swefleet tasks combine --tasks envs/data/pypi/tasks.jsonl --per-package 2 -k 2"],
     "tasks reproduce": ["swefleet tasks reproduce --tasks envs/data/pypi/tasks.jsonl"],
     "tasks probes": ["swefleet tasks probes --tasks envs/data/pypi/tasks.jsonl --max-workers 2"],
     "tasks validate": [("swefleet tasks validate --tasks envs/data/quickstart/tasks.jsonl -k 2 "
