@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import json
 import logging
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -222,8 +224,10 @@ def combine_cli(args: argparse.Namespace) -> int:
                   if c["instance_id"] not in known]
     if not candidates:
         raise ValueError(f"--tasks {path}: no new pair of tasks can be combined")
-    scratch = path.with_name(f".{path.stem}.combine-{uuid.uuid4().hex[:8]}.jsonl")
-    scratch.write_text("".join(json.dumps(c) + "\n" for c in candidates))
+    folder = Path(tempfile.mkdtemp(prefix="swefleet-combine-"))  # never in the repository
+    scratch = folder / "tasks.jsonl"
+    scratch.write_text("".join(json.dumps({**c, "recipe": str((path.parent / c["recipe"]).resolve())}) + "\n"
+                               for c in candidates))
     run_id = f"combine-{uuid.uuid4().hex[:8]}"
     try:
         tasks = load_tasks(scratch)
@@ -237,7 +241,7 @@ def combine_cli(args: argparse.Namespace) -> int:
             grader.close()
             remove_run_containers(run_id)
     finally:
-        scratch.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
     kept = [c for c, r in zip(candidates, rows, strict=True)
             if r.ok and "resolved" not in halves[r.instance_id]]
     for c, r in zip(candidates, rows, strict=True):

@@ -49,4 +49,4 @@ def test_combine_appends_a_validated_two_bug_task(funcy_ready, tmp_path):
     lines = tasks.read_text().splitlines()
     assert len(lines) == 3 and json.loads(lines[2])["bug_kind"] == KIND
     assert json.loads(proc.stdout.splitlines()[-1])["kept"] == 1
-    assert not list(tmp_path.glob(".*combine*"))  # the scratch file is gone
+    assert [p.name for p in tmp_path.iterdir()] == ["tasks.jsonl"]  # no scratch file left
