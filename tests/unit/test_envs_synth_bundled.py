@@ -37,14 +37,19 @@ def test_size_packages_and_split_by_package(tasks):
 
 
 def test_every_task_comes_from_its_recipe(tasks):
+    by_id = {t.instance_id: t for t in tasks}
     for t in tasks:
         recipe = load_recipe(recipe_path_of(t, BUNDLED))
         assert t.instance_id.startswith(recipe.instance_prefix + ".")
+        parts = [by_id[i] for i in t.model_extra["synth"].get("parts", [])]
+        # a two-bug task (`tasks combine`) has the split of its two parts
+        split = parts[0].split if parts else recipe.split_of(t.instance_id)
         assert (t.repo, t.version, t.split, t.test_cmd) == (
-            recipe.repo, recipe.version, recipe.split_of(t.instance_id), recipe.test_cmd)
+            recipe.repo, recipe.version, split, recipe.test_cmd)
+        assert all(p.split == t.split for p in parts)
         assert not t.image and not t.source_dir  # images are built from the recipe
-        (path,) = patch_paths(t.patch)
-        assert recipe.is_mutable(path)
+        paths = patch_paths(t.patch)
+        assert len(paths) == (2 if parts else 1) and all(map(recipe.is_mutable, paths))
         assert t.model_extra["bug_kind"] in t.instance_id
 
 
