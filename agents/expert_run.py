@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.expert import ExpertSkip, parse_hunks, plan_demonstration
 from swefleet.agents.expert_dialogue import ExpertModel, expert_steps
-from swefleet.agents.loop import run_episode
+from swefleet.agents.loop import attached_task, run_episode
 from swefleet.envs.protocol import Farm, Grader, Sandbox
-from swefleet.envs.synth.repro import attached
 
 from swefleet.types import EpisodeStatus, GradeCause, GradeStatus, Task, Trajectory
 
@@ -82,14 +81,6 @@ async def read_plan_inputs(task: Task, sandbox: Sandbox, timeout_s: float
     return files, tracked
 
 
-def shown_statement(task: Task, agent: AgentConfig) -> Task:
-    """`task` with the issue as the episode will show it (`agents.loop.shown_task`), so that
-    the plan runs an attached reproduction as it is."""
-    if not agent.attach_reproduction:
-        return task
-    return task.model_copy(update={"problem_statement": attached(task.problem_statement)[0]})
-
-
 async def expert_demonstration(task: Task, farm: Farm, grader: Grader, tokenizer,
                                agent: AgentConfig) -> Demonstration:
     """One expert episode of `task` in a fresh sandbox of `farm`, graded by `grader`."""
@@ -98,7 +89,7 @@ async def expert_demonstration(task: Task, farm: Farm, grader: Grader, tokenizer
     async with farm.acquire(task) as sandbox:
         files, tracked = await read_plan_inputs(task, sandbox, agent.command_timeout_s)
         try:
-            plan = plan_demonstration(shown_statement(task, agent), files, tracked)
+            plan = plan_demonstration(attached_task(task, agent)[0], files, tracked)  # as shown
         except ExpertSkip as skip:
             return Demonstration(task.instance_id, skip.reason, str(skip),
                                  seconds=time.monotonic() - start)

@@ -319,16 +319,25 @@ class _Episode:
             self.env_s += time.monotonic() - t0
 
 
-async def shown_task(task: Task, sandbox: Sandbox, config: AgentConfig) -> Task:
-    """`task` as its agent sees it (`_Episode.shown_task`); writes the attached script."""
+def attached_task(task: Task, config: AgentConfig) -> tuple[Task, str]:
+    """`task` as its agent sees it, and the script to save at `SCRIPT_PATH` before the first
+    turn ('' for none): with `attach_reproduction`, the issue's reproduction section says the
+    script is already saved."""
     if not config.attach_reproduction:
-        return task
+        return task, ""
     statement, script = attached(task.problem_statement)
     if statement == task.problem_statement:
-        return task
-    async with asyncio.timeout(config.command_timeout_s):
-        await sandbox.write_file(SCRIPT_PATH, script.encode())
-    return task.model_copy(update={"problem_statement": statement})
+        return task, ""
+    return task.model_copy(update={"problem_statement": statement}), script
+
+
+async def shown_task(task: Task, sandbox: Sandbox, config: AgentConfig) -> Task:
+    """`task` as its agent sees it (`attached_task`), its attached script written."""
+    shown, script = attached_task(task, config)
+    if script:
+        async with asyncio.timeout(config.command_timeout_s):
+            await sandbox.write_file(SCRIPT_PATH, script.encode())
+    return shown
 
 
 def repeat_note(times: int) -> str:

@@ -408,7 +408,7 @@ class DockerSandbox:
 
         Returns the result of the last attempt; `exit_code == 0` means applied."""
         path = f"/tmp/swefleet-{uuid.uuid4().hex}.patch"
-        await self.write_file(path, patch.encode())
+        await self.write_file(path, patch.encode(), mode=0o644)  # a new file: no mode to keep
         q = shlex.quote(path)
         script = (
             f"git apply --verbose {q} || git apply --verbose --3way {q} "
