@@ -4,8 +4,11 @@
         --output-dir out/kill-drill
 
 Runs `swefleet rl` on the config, waits until `--kill-at` steps are in `metrics.jsonl`, sends
-SIGKILL to the inference server's main process (`vllm serve` or the embedded engine: the oldest
-process naming the run directory), and lets the run finish. The supervisor restarts the server
+SIGKILL to the inference server's main process (`vllm serve`, the embedded engine, or the
+standby that became the server: the oldest process writing the server's log that is not an idle
+standby), and lets the run finish. Several `--kill-at` steps make several drills in one run
+(`--kill-at 4 8 12`): each kill waits until the previous restart is done, and the report gives
+every restart, their median and their maximum. The supervisor restarts the server
 and times it (`infer/server_restart_s`: from the death's detection to serving the current
 weights again). Alongside, it reads the server's log for each start's own timing lines (vLLM's
 weight loading, compilation, CUDA-graph capture, engine start) and the trainer's mismatch and
@@ -38,19 +41,33 @@ TIMING = re.compile(r"took|seconds|secs|Graph capturing|compil|swefleet: start|s
                     re.IGNORECASE)
 
 
+def is_server(proc: Path, run_dir: Path) -> bool:
+    """A process of server 0: it names the run directory and a server module, or (a standby
+    that became the server) it writes the server's log with its stdin no longer a pipe."""
+    cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    if str(run_dir) in cmd and any(m in cmd for m in SERVER_MARKERS):
+        return True
+    log = run_dir / "logs" / "server-0.log"
+    try:
+        return (os.readlink(proc / "fd" / "1") == str(log)
+                and not os.readlink(proc / "fd" / "0").startswith("pipe:"))
+    except OSError:
+        return False
+
+
 def server_pids(run_dir: Path) -> list[int]:
-    """Main processes of the run's inference servers, oldest first (by pid start time)."""
+    """Processes of the run's inference server, oldest first (by start time): its main
+    process first, then the engine and API processes it started."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            start = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[19])
+            if is_server(proc, run_dir):
+                start = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[19])
+                found.append((start, int(proc.name)))
         except (OSError, IndexError, ValueError):
             continue
-        if str(run_dir) in cmd and any(m in cmd for m in SERVER_MARKERS):
-            found.append((start, int(proc.name)))
     return [pid for _, pid in sorted(found)]
 
 
@@ -79,6 +96,24 @@ def kl_per_step(run_dir: Path) -> list[dict]:
     return [{k: r[k] for k in keys if k in r} for r in read_jsonl(run_dir / "trainer_metrics.jsonl")]
 
 
+def restarts_done(metrics: list[dict]) -> int:
+    """Restarts the supervisor has finished, from the last step that reports them."""
+    done = [m["infer/server_restarts"] for m in metrics if "infer/server_restarts" in m]
+    return int(done[-1]) if done else 0
+
+
+def restart_times(metrics: list[dict]) -> list[float]:
+    """Each finished restart's seconds, once: the steps report the last restart's time with
+    the count of restarts so far, so a time is taken where the count grows."""
+    times, seen = [], 0
+    for m in metrics:
+        count = int(m.get("infer/server_restarts", 0))
+        if count > seen and "infer/server_restart_s" in m:
+            times.append(m["infer/server_restart_s"])
+            seen = count
+    return times
+
+
 def drill(args: argparse.Namespace) -> dict:
     out = Path(args.output_dir).resolve()
     cmd = [sys.executable, "-m", "swefleet", "rl", "--config", args.config, "--output-dir",
@@ -90,16 +125,19 @@ def drill(args: argparse.Namespace) -> dict:
     with open(out.parent / f"{out.name}.rl.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    killed: dict = {}
+    kills: list[dict] = []
+    pending = sorted(args.kill_at)
     try:
         while proc.poll() is None and time.monotonic() - t0 < args.timeout_s:
-            steps = len(read_jsonl(out / "metrics.jsonl"))
-            if not killed and steps >= args.kill_at:
+            metrics = read_jsonl(out / "metrics.jsonl")
+            restarted = restarts_done(metrics)
+            if pending and len(metrics) >= pending[0] and restarted >= len(kills):
                 pids = server_pids(out)
                 if pids:
                     os.kill(pids[0], signal.SIGKILL)
-                    killed = {"pid": pids[0], "after_step": steps,
-                              "at_s": round(time.monotonic() - t0, 1)}
+                    kills.append({"pid": pids[0], "after_step": len(metrics),
+                                  "at_s": round(time.monotonic() - t0, 1)})
+                    pending.pop(0)
             time.sleep(0.5)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -108,14 +146,17 @@ def drill(args: argparse.Namespace) -> dict:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     metrics = read_jsonl(out / "metrics.jsonl")
-    restarts = [m["infer/server_restart_s"] for m in metrics if "infer/server_restart_s" in m]
+    restarts = restart_times(metrics)
     return {
         "config": args.config,
         "rc": proc.returncode,
         "wall_s": round(time.monotonic() - t0, 1),
         "steps_done": len(metrics),
-        "killed": killed,
-        "server_restarts": metrics[-1].get("infer/server_restarts") if metrics else None,
+        "killed": kills,
+        "server_restarts": restarts_done(metrics),
+        "restart_s": restarts,
+        "median_restart_s": statistics.median(restarts) if restarts else None,
+        "max_restart_s": max(restarts) if restarts else None,
         "server_restart_s": restarts[-1] if restarts else None,
         "server_log_timing": timing_lines(out / "logs" / "server-0.log"),
         "kl_per_step": kl_per_step(out),
@@ -144,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/gpu_vllm.toml")
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--kill-at", type=int, default=5, help="kill after this many steps")
+    ap.add_argument("--kill-at", type=int, nargs="+", default=[5],
+                    help="kill after this many steps; several: one drill each, in one run")
     ap.add_argument("--output-dir", required=True)
     ap.add_argument("--timeout-s", type=float, default=900)
     ap.add_argument("--set", action="append", default=[], help="config override, repeatable")
@@ -157,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if result["speedup"] is not None else 1
     result = drill(args)
     print(json.dumps(result))
-    return 0 if result["rc"] == 0 and result["killed"] else 1
+    return 0 if result["rc"] == 0 and len(result["restart_s"]) == len(args.kill_at) else 1
 
 
 if __name__ == "__main__":

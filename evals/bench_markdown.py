@@ -85,6 +85,18 @@ def _best_lines(r: dict) -> list[str]:
     ]
 
 
+def _gpu_text(conditions: dict) -> str:
+    """GPU 0 during the run (median SM clock (lowest), highest temperature, median power)
+    where it was sampled, else before it."""
+    during = ((conditions.get("during") or {}).get("gpus") or [{}])[0]
+    if during.get("samples"):
+        return (f"{during['sm_clock_mhz_median']} MHz (min {during['sm_clock_mhz_min']}) / "
+                f"max {during['temperature_c_max']} C / {during['power_w_median']} W")
+    gpu = ((conditions.get("before") or {}).get("gpus") or [{}])[0]
+    return "–" if not gpu else (f"{gpu.get('sm_clock_mhz')} MHz / {gpu.get('temperature_c')} C / "
+                                f"{gpu.get('power_w')} W (before)")
+
+
 def _run_to_run_lines(r: dict) -> list[str]:
     """Per run: steady median, phase medians, tasks drawn, load and GPU state; the phase that
     moved most between runs."""
@@ -98,9 +110,7 @@ def _run_to_run_lines(r: dict) -> list[str]:
              "|---" * (len(phases) + 5) + "|"]
     for run in v["runs"]:
         cond = (run.get("conditions") or {}).get("before") or {}
-        gpu = (cond.get("gpus") or [{}])[0]
-        gpu_text = "–" if not gpu else (f"{gpu.get('sm_clock_mhz')} MHz / "
-                                        f"{gpu.get('temperature_c')} C / {gpu.get('power_w')} W")
+        gpu_text = _gpu_text(run.get("conditions") or {})
         load = (cond.get("loadavg") or [None])[0]
         lines.append(f"| {run['name']} | {_s(run['step_time_median_s'])} | "
                      + " | ".join(_s(run["phase_medians_s"][p]) for p in phases)

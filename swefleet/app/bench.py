@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from swefleet.app.bench_conditions import conditions
+from swefleet.app.bench_conditions import GpuSampler, conditions
 from swefleet.rundir import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -83,19 +83,21 @@ def run_bench(config: Path, steps: int, runs: int, out: Path, sets: list[str],
         log_path = out / f"run-{i}.log"
         log.info("bench: run %d/%d -> %s (log %s)", i + 1, runs, run_dir, log_path)
         t0 = time.monotonic()
-        before = conditions()
+        before, sampler = conditions(), GpuSampler().start()
         code = run_one(rl_command(config, run_dir, steps, sets), log_path)
-        _record_conditions(out / "bench_env.json", run_dir.name, before, conditions())
+        _record_conditions(out / "bench_env.json", run_dir.name,
+                           {"before": before, "during": {"gpus": sampler.stop()},
+                            "after": conditions()})
         if code != 0:
             tail = log_path.read_text(errors="replace")[-3000:] if log_path.exists() else ""
             raise BenchRunFailed(f"run {i} exited with code {code}; log {log_path}:\n{tail}")
         log.info("bench: run %d done in %.1fs", i, time.monotonic() - t0)
 
 
-def _record_conditions(env_file: Path, name: str, before: dict, after: dict) -> None:
-    """Add one run's machine state (before and after it) to `bench_env.json`."""
+def _record_conditions(env_file: Path, name: str, state: dict) -> None:
+    """Add one run's machine state (before, during and after it) to `bench_env.json`."""
     env = json.loads(env_file.read_text())
-    env.setdefault("run_conditions", {})[name] = {"before": before, "after": after}
+    env.setdefault("run_conditions", {})[name] = state
     write_json_atomic(env_file, env)
 
 

@@ -67,6 +67,7 @@ PROFILES = {
         kv_cache_fp8=True,
         yarn_factor=4.0,
         max_num_batched_tokens=16384,
+        max_cudagraph_capture_size=64,
         enforce_eager=True,
         return_routed_experts=True,
         api_server_count=4,
