@@ -7,8 +7,10 @@ Runs `swefleet rl` on the config, waits until `--kill-at` steps are in `metrics.
 SIGKILL to the inference server's main process (`vllm serve`, the embedded engine, or the
 standby that became the server: the oldest process writing the server's log that is not an idle
 standby), and lets the run finish. Several `--kill-at` steps make several drills in one run
-(`--kill-at 4 8 12`): each kill waits until the previous restart is done, and the report gives
-every restart, their median and their maximum. The supervisor restarts the server
+(`--kill-at 4 8 12`): each kill waits until the previous restart is done and, with
+`inference.standby_servers`, until the next standby has its imports done (as it has in a run
+whose server dies once in a while; at most `--standby-wait-s`), and the report gives every
+restart, their median and their maximum. The supervisor restarts the server
 and times it (`infer/server_restart_s`: from the death's detection to serving the current
 weights again). Alongside, it reads the server's log for each start's own timing lines (vLLM's
 weight loading, compilation, CUDA-graph capture, engine start) and the trainer's mismatch and
@@ -96,6 +98,34 @@ def kl_per_step(run_dir: Path) -> list[dict]:
     return [{k: r[k] for k in keys if k in r} for r in read_jsonl(run_dir / "trainer_metrics.jsonl")]
 
 
+def standbys_ready(run_dir: Path) -> int:
+    """Standbys of server 0 that finished their imports, from the server log."""
+    log = run_dir / "logs" / "server-0.log"
+    if not log.exists():
+        return 0
+    return sum("swefleet standby:" in line and "modules imported" in line
+               for line in log.read_text(errors="replace").splitlines())
+
+
+def uses_standby(run_dir: Path) -> bool:
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("inference", {}).get("standby_servers"))
+
+
+def may_kill(run_dir: Path, kills: int, waited_s: float, standby_wait_s: float) -> bool:
+    """The next kill may go: the previous restarts are done and, with standbys, the next
+    standby is ready (or `standby_wait_s` has passed since the kill became due)."""
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    if restarts_done(metrics) < kills:
+        return False
+    if not uses_standby(run_dir) or waited_s >= standby_wait_s:
+        return True
+    return standbys_ready(run_dir) > kills
+
+
 def restarts_done(metrics: list[dict]) -> int:
     """Restarts the supervisor has finished, from the last step that reports them."""
     done = [m["infer/server_restarts"] for m in metrics if "infer/server_restarts" in m]
@@ -127,17 +157,21 @@ def drill(args: argparse.Namespace) -> dict:
                                 start_new_session=True)
     kills: list[dict] = []
     pending = sorted(args.kill_at)
+    due_since = None
     try:
         while proc.poll() is None and time.monotonic() - t0 < args.timeout_s:
-            metrics = read_jsonl(out / "metrics.jsonl")
-            restarted = restarts_done(metrics)
-            if pending and len(metrics) >= pending[0] and restarted >= len(kills):
+            steps = len(read_jsonl(out / "metrics.jsonl"))
+            if pending and steps >= pending[0]:
+                due_since = due_since or time.monotonic()
+                waited = time.monotonic() - due_since
                 pids = server_pids(out)
-                if pids:
+                if pids and may_kill(out, len(kills), waited, args.standby_wait_s):
                     os.kill(pids[0], signal.SIGKILL)
-                    kills.append({"pid": pids[0], "after_step": len(metrics),
-                                  "at_s": round(time.monotonic() - t0, 1)})
+                    kills.append({"pid": pids[0], "after_step": steps,
+                                  "at_s": round(time.monotonic() - t0, 1),
+                                  "waited_s": round(waited, 1)})
                     pending.pop(0)
+                    due_since = None
             time.sleep(0.5)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -189,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="kill after this many steps; several: one drill each, in one run")
     ap.add_argument("--output-dir", required=True)
     ap.add_argument("--timeout-s", type=float, default=900)
+    ap.add_argument("--standby-wait-s", type=float, default=60,
+                    help="longest wait for the next standby's imports before a kill")
     ap.add_argument("--set", action="append", default=[], help="config override, repeatable")
     ap.add_argument("--compare-standby", type=int, default=0, metavar="N",
                     help="N pairs of drills: restart as a new process, then as a standby")

@@ -33,8 +33,10 @@ import resource
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from swefleet.inference.launch import ServerHandle, new_port_file
 from swefleet.inference.triton_check import settle_triton_check
@@ -147,20 +149,65 @@ def spawn_standby(kind: StandbyKind, env: dict[str, str], log_path: Path) -> Sta
     return Standby(proc, dict(env), log_path)
 
 
+class CudaInitWatch:
+    """Where CUDA was first initialised while it watches (torch's lazy init, wrapped): the
+    innermost frames outside torch and the import machinery, for the standby's log line, so a
+    standby that initialised CUDA names the import that did it."""
+
+    def __init__(self) -> None:
+        self.where: list[str] = []
+        self._cuda = None
+        self._original = None
+
+    def __enter__(self) -> Self:
+        try:
+            import torch.cuda
+        except ImportError:
+            return self
+        self._cuda, self._original = torch.cuda, torch.cuda._lazy_init
+
+        def watched():
+            if not self.where and not self._cuda.is_initialized():
+                self.where = outside_frames(traceback.extract_stack()[:-1])
+            return self._original()
+
+        torch.cuda._lazy_init = watched
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._cuda is not None:
+            self._cuda._lazy_init = self._original
+
+
+def outside_frames(stack: list[traceback.FrameSummary], keep: int = 3) -> list[str]:
+    """`file:line` of the innermost `keep` frames that are neither torch's nor importlib's."""
+    mine = [f for f in stack if "/torch/" not in f.filename and not f.filename.startswith("<")]
+    return [f"{f.filename}:{f.lineno}" for f in mine[-keep:]]
+
+
 def _preload(modules: list[str], t0: float) -> None:
-    """Import `modules`; one log line: how many, the seconds since `t0`, memory, CUDA."""
+    """Import `modules`; one log line: how many, the seconds since `t0`, memory, CUDA (and
+    where it was first initialised, when it was)."""
+    with CudaInitWatch() as watch:
+        failed = _import_all(modules)
+    torch = sys.modules.get("torch")
+    cuda = bool(torch is not None and torch.cuda.is_initialized())
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    print(f"swefleet standby: {len(modules) - len(failed)}/{len(modules)} modules imported in "
+          f"{time.monotonic() - t0:.1f} s, {rss_mib:.0f} MiB resident; CUDA initialised: {cuda}"
+          + (f" (first by {' < '.join(reversed(watch.where))})" if cuda and watch.where else "")
+          + (f"; not imported: {'; '.join(failed)}" if failed else ""), file=sys.stderr, flush=True)
+
+
+def _import_all(modules: list[str]) -> list[str]:
+    """Import each module; the ones that failed, with their error."""
     failed = []
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - a module that cannot load is skipped, reported
             failed.append(f"{name} ({type(exc).__name__}: {str(exc)[:200]})")
-    torch = sys.modules.get("torch")
-    cuda = bool(torch is not None and torch.cuda.is_initialized())
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    print(f"swefleet standby: {len(modules) - len(failed)}/{len(modules)} modules imported in "
-          f"{time.monotonic() - t0:.1f} s, {rss_mib:.0f} MiB resident; CUDA initialised: {cuda}"
-          + (f"; not imported: {'; '.join(failed)}" if failed else ""), file=sys.stderr, flush=True)
+    return failed
 
 
 def _entry(entry: str):

@@ -81,6 +81,14 @@ class UpdateResult:
     policy_version: int
     aborted: int
     apply_s: float
+    decode_steps: int = 0
+    """Decode steps since the previous update (or the start)."""
+    decode_rows: int = 0
+    """Rows those steps decoded (their sum of batch sizes)."""
+    prefill_rounds: int = 0
+    """Rounds that admitted new requests since the previous update: 1 when a batch arrived
+    at once, more when its requests joined running ones in cohorts (each later cohort ends
+    later, so a step whose requests split into cohorts takes longer)."""
 
 
 @dataclass(eq=False)
@@ -115,6 +123,7 @@ class EngineCounters:
     generation_tokens: int = 0
     decode_steps: int = 0
     decode_rows: int = 0
+    prefill_rounds: int = 0
     weight_updates: int = 0
     prefix_queries: int = 0
     """Prompt tokens of prefilled requests (vLLM's `prefix_cache_queries`)."""
@@ -164,6 +173,7 @@ class Engine:
         self.max_queue = max_queue
         self.policy_version = policy_version
         self.counters = EngineCounters()
+        self._at_last_update = (0, 0, 0)  # decode steps, decode rows, prefill rounds
         self.error: BaseException | None = None
         self._cv = threading.Condition()
         self._waiting: deque[_Seq] = deque()
@@ -334,11 +344,16 @@ class Engine:
             self._keep([])
         self.policy_version = update.version
         self.counters.weight_updates += 1
-        self._call(update.on_done, UpdateResult(update.version, aborted, time.monotonic() - t0))
+        c, last = self.counters, self._at_last_update
+        self._at_last_update = (c.decode_steps, c.decode_rows, c.prefill_rounds)
+        self._call(update.on_done, UpdateResult(
+            update.version, aborted, time.monotonic() - t0, c.decode_steps - last[0],
+            c.decode_rows - last[1], c.prefill_rounds - last[2]))
 
     def _prefill(self, seqs: list[_Seq]) -> None:
         for seq in seqs:
             seq.version_start = self.policy_version
+        self.counters.prefill_rounds += 1
         self._routing.start()
         logits, cached, routing = self._kv.prefill([s.prompt_ids for s in seqs])
         self._routing.after_prefill(

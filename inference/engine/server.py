@@ -334,7 +334,10 @@ class Handlers:
         result = await fut
         if isinstance(result, BaseException):
             raise HTTPError(503, str(result))
-        log.info("serving policy version %d (aborted %d)", result.policy_version, result.aborted)
+        mean_batch = result.decode_rows / result.decode_steps if result.decode_steps else 0.0
+        log.info("serving policy version %d (aborted %d; since the last update: %d decode steps, "
+                 "mean batch %.1f, %d prefill rounds)", result.policy_version, result.aborted,
+                 result.decode_steps, mean_batch, result.prefill_rounds)
         return UpdateWeightsResponse(
             policy_version=result.policy_version,
             aborted=result.aborted,

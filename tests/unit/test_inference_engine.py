@@ -133,6 +133,9 @@ def test_update_weights_changes_outputs_and_version(engine, model_dir, tmp_path)
     done = Waiter()
     engine.update_weights(staged, 1, False, done)
     assert done.done.wait(30) and done.result.policy_version == 1
+    # since the start: one request admitted in one round, its 9 tokens after the first decoded
+    r = done.result
+    assert (r.prefill_rounds, r.decode_steps, r.decode_rows) == (1, 9, 9)
     after = run(engine, PROMPTS[3], max_tokens=10, temperature=0.0, ignore_eos=True)
     assert after.token_ids != before.token_ids
     assert (after.policy_version, after.policy_version_final) == (1, 1)
