@@ -42,16 +42,24 @@ class ProbeCall(BaseModel):
     init: str = ""
     """For a method: `repr` of the (args, kwargs) that build the object it is called on
     (`Class(*args, **kwargs).function(...)`); '' for a function, static or class method."""
+    history: str = ""
+    """For a method: `repr` of the calls made on the new object first, in order (a tuple of
+    (method, args, kwargs) texts), replaying the state the test built up; '' for none."""
 
     def expression(self) -> str:
         """The check's left side: the call, made at run time, as `repr` text."""
         module, name = self.call.split(":")
         target = f"__import__({module!r}, fromlist=['_'])"
-        if self.init:
-            owner, _, method = name.rpartition(".")
-            positional, keywords = ast.literal_eval(self.init)
-            target, name = f"{target}.{owner}(*{positional!r}, **{keywords!r})", method
-        return f"repr({target}.{name}(*{self.args}, **{self.kwargs}))"
+        if not self.init:
+            return f"repr({target}.{name}(*{self.args}, **{self.kwargs}))"
+        owner, _, method = name.rpartition(".")
+        positional, keywords = ast.literal_eval(self.init)
+        built = f"{target}.{owner}(*{positional!r}, **{keywords!r})"
+        steps = [f"o.{m}(*{a}, **{k})" for m, a, k in ast.literal_eval(self.history or "()")]
+        steps.append(f"o.{method}(*{self.args}, **{self.kwargs})")
+        if len(steps) == 1:
+            return f"repr({built}.{method}(*{self.args}, **{self.kwargs}))"
+        return f"repr((lambda o: [{', '.join(steps)}][-1])({built}))"
 
 
 class Probe(BaseModel):
@@ -131,11 +139,12 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
         decides = c["base"] != gold and shown(gold, text) == spelled
         if not (decides or others):
             continue
-        init = c.get("init", "")
+        init, history = c.get("init", ""), c.get("history", "")
         rank = (not c["changed"], not c["inner"], re.split("[:.]", c["call"])[-1][:1] == "_",
-                len(c["args"]) + len(c["kwargs"]) + len(init) + len(gold))
+                len(c["args"]) + len(c["kwargs"]) + len(init) + len(history) + len(gold))
         kept.append((rank, ProbeCall(call=c["call"], args=c["args"], kwargs=c["kwargs"],
-                                     init=init, gold=gold, decides=decides, others=others)))
+                                     init=init, history=history, gold=gold, decides=decides,
+                                     others=others)))
     kept.sort(key=lambda x: x[0])
     calls = [c for _, c in kept]
     deciding = [c for c in calls if c.decides][:1]

@@ -5,16 +5,22 @@ tests make to module-level functions, or make such calls again and report what t
         CONFIG: {"files": [watched source files, relative], "dirs": [watched package folders,
         relative, their test folders left out], "tests": [pytest arguments: test files],
         "functions": [test function ids (`path::[Class::]name`) whose calls are recorded]}
-        OUT: [{"test", "module", "name", "args", "kwargs", "init", "inner", "result"}]: calls
+        OUT: [{"test", "module", "name", "args", "kwargs", "init", "history", "inner",
+        "result"}]: calls
         made while a test ran (its fixtures included) to functions of the files, with
         arguments plain literals (`plain`) and a result whose `repr` identifies it
         (`result_text`; args, kwargs and result as text). `name`: a module-level function
         (`f`), a class's static or class method (`Class.f`), or a method of an object the
         test built with plain arguments (`Class.f`, `init`: the `repr` of the constructor's
-        (args, kwargs); '' otherwise). `inner`: called from a watched file, not from the test
+        (args, kwargs); '' otherwise). `history`: for such a method, the `repr` of the calls
+        the test made on that object before it, in order (a tuple of (method, args, kwargs)
+        texts; '' when none), so that state built up by several calls is replayed; an object
+        the test called with an argument that is not plain is left out from then on (its state
+        could not be replayed). `inner`: called from a watched file, not from the test
     python3 call_values.py eval CONFIG.json OUT.json
-        CONFIG: {"calls": [{"module", "name", "args", "kwargs", "init"}]}
-        OUT: for each call (on a new object built from `init` where it has one), the `repr`
+        CONFIG: {"calls": [{"module", "name", "args", "kwargs", "init", "history"}]}
+        OUT: for each call (on a new object built from `init` where it has one, after the
+        calls of its `history` on that object), the `repr`
         of its result, or null when it raised, timed out or returned something whose `repr`
         does not identify it (`result_text`)
 """
@@ -36,6 +42,8 @@ MAX_REPR = 2000
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x| object at ")
 #: Distinct calls kept per test.
 MAX_PER_TEST = 400
+#: Longest history of calls on one object that is replayed.
+MAX_HISTORY = 24
 
 
 def plain(value, depth: int = 0) -> bool:
@@ -86,6 +94,9 @@ class Recorder:
         #: for the objects of watched classes the current test built; the object is kept so
         #: that its id is not reused
         self.receivers: dict[int, tuple] = {}
+        #: id -> the calls the test made on that object so far ((method, args, kwargs) texts),
+        #: None once one of them could not be replayed
+        self.history: dict[int, list | None] = {}
 
     def watches(self, name: str) -> bool:
         """Whether calls into functions of the file `name` are recorded."""
@@ -116,38 +127,54 @@ class Recorder:
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         values = [frame.f_locals[n] for n in names]
         posonly = code.co_posonlyargcount
-        module, name, init = frame.f_globals.get("__name__"), code.co_qualname, ""
+        module, name, init, history = frame.f_globals.get("__name__"), code.co_qualname, "", ""
+        caller = frame.f_back.f_code.co_filename if frame.f_back else ""
+        inner = self.watches(caller)  # called by the package, not by a test
+        receiver = None
         if kind in ("method", "classmethod"):  # the receiver is not an argument
             receiver, values, names = values[0], values[1:], names[1:]
             posonly = max(posonly - 1, 0)
             if kind == "classmethod":
                 module, name = receiver.__module__, f"{receiver.__qualname__}.{code.co_name}"
-        if not all(plain(v) for v in values):
-            return
+        defaults = _defaults(frame, code, receiver, kind)
+        keywords = {n: v for n, v in zip(names[posonly:], values[posonly:], strict=True)
+                    if plain(v) or defaults.get(n, _NONE) is not v}  # as if left out
         positional = tuple(values[:posonly])
-        keywords = dict(zip(names[posonly:], values[posonly:]))
+        is_plain = all(plain(v) for v in (*positional, *keywords.values()))
         if kind == "method":
             if code.co_name == "__init__":
-                if _reaches(receiver, code):  # its class's own constructor
-                    self._built(receiver, positional, keywords)
+                if is_plain and _reaches(receiver, code):  # its class's own constructor
+                    self._built(receiver, positional, keywords, by_test=not inner)
                 return
             built = self.receivers.get(id(receiver))
             if built is None or built[0] is not receiver or not _reaches(receiver, code):
                 return
             _, module, owner, init = built
             name = f"{owner}.{code.co_name}"
+            past = self.history.get(id(receiver))  # None: built by the package, or tainted
+            if past is None and id(receiver) in self.history or past and inner:
+                return  # its state came from a call that cannot be replayed, or is mid-call
+            history = repr(tuple(past)) if past else ""
+            if past is not None and not inner:
+                if is_plain and len(past) < MAX_HISTORY:
+                    past.append((code.co_name, repr(positional), repr(keywords)))
+                else:
+                    self.history[id(receiver)] = None
+        if not is_plain:
+            return
         args, kwargs = repr(positional), repr(keywords)
-        if len(args) + len(kwargs) + len(init) <= MAX_REPR:
-            caller = frame.f_back.f_code.co_filename if frame.f_back else ""
-            inner = self.watches(caller)  # called by the package, not by a test
-            self.open[id(frame)] = (self.test, module, name, args, kwargs, init, inner)
+        if len(args) + len(kwargs) + len(init) <= MAX_REPR and len(history) <= MAX_REPR:
+            self.open[id(frame)] = (self.test, module, name, args, kwargs, init, history, inner)
 
-    def _built(self, receiver, positional: tuple, keywords: dict) -> None:
-        """Remember how `receiver` was built (the first `__init__` it ran: its own class's)."""
+    def _built(self, receiver, positional: tuple, keywords: dict, by_test: bool) -> None:
+        """Remember how `receiver` was built (the first `__init__` it ran: its own class's);
+        the calls a test makes on an object it built itself are its history."""
         cls = type(receiver)
         if id(receiver) not in self.receivers and "<" not in cls.__qualname__:
             init = repr((positional, keywords))
             self.receivers[id(receiver)] = (receiver, cls.__module__, cls.__qualname__, init)
+            if by_test:
+                self.history[id(receiver)] = []
 
 
 def _kind(frame, code) -> str | None:
@@ -167,6 +194,28 @@ def _kind(frame, code) -> str | None:
     if kind is None and len(parts) == 2:
         return "method" if code.co_argcount else None
     return kind or "function"
+
+
+_NONE = object()
+
+
+def _defaults(frame, code, receiver, kind: str) -> dict:
+    """The running function's parameters with a default, name -> default value; a parameter
+    whose value is its own default object that is not plain (`cache_setitem=Cache.__setitem__`,
+    a common idiom) is recorded as left out, so that the call stays replayable."""
+    parts = code.co_qualname.split(".")
+    if kind == "method":
+        function = getattr(type(receiver), code.co_name, None)
+    else:
+        found = frame.f_globals.get(parts[0])
+        function = vars(found).get(parts[1]) if len(parts) == 2 else found
+        function = getattr(function, "__func__", function)
+    if getattr(function, "__code__", None) is not code:
+        return {}
+    names = code.co_varnames[: code.co_argcount]
+    positional = function.__defaults__ or ()
+    out = dict(zip(names[len(names) - len(positional):], positional))
+    return out | (function.__kwdefaults__ or {})
 
 
 def _reaches(receiver, code) -> bool:
@@ -197,6 +246,7 @@ def record(config: dict, out_path: str) -> None:
         @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_setup(self, item):  # objects built by fixtures
             recorder.receivers.clear()
+            recorder.history.clear()
             yield from watch(item)
 
         @pytest.hookimpl(hookwrapper=True)
@@ -206,8 +256,9 @@ def record(config: dict, out_path: str) -> None:
     pytest.main(["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--color=no",
                  *config["tests"]], plugins=[Plugin()])
     recorder.receivers.clear()
-    out = [dict(zip(("test", "module", "name", "args", "kwargs", "init", "inner"), key),
-                result=result)
+    recorder.history.clear()
+    fields = ("test", "module", "name", "args", "kwargs", "init", "history", "inner")
+    out = [dict(zip(fields, key), result=result)
            for key, result in recorder.calls.items()]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(out, f)
@@ -232,6 +283,8 @@ def one(call: dict):
             if call.get("init"):
                 positional, keywords = ast.literal_eval(call["init"])
                 target = target(*positional, **keywords)
+                for method, args, kwargs in ast.literal_eval(call.get("history") or "()"):
+                    getattr(target, method)(*ast.literal_eval(args), **ast.literal_eval(kwargs))
             function = getattr(target, name)
             result = function(*ast.literal_eval(call["args"]), **ast.literal_eval(call["kwargs"]))
         finally:

@@ -171,3 +171,60 @@ def test_the_recorder_keeps_methods_of_objects_built_from_literals(tmp_path, mon
                                init="((), {'width': 3, 'height': 1})", gold="6", decides=True)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert eval(call.expression(), {}) == "6"  # what a planted check runs
+
+
+CACHE = '''class Cache:
+    def __init__(self, size):
+        self.size, self.items = size, []
+
+    def put(self, key, value, count=len):  # a function as a default: left out when recorded
+        self.items = [kv for kv in self.items if kv[0] != key][-(self.size - 1):] + [(key, value)]
+        return count(self.items)
+
+    def get(self, key, default=None):
+        return next((v for k, v in self.items if k == key), default)
+'''
+CACHE_TESTS = '''from cache import Cache
+
+
+def test_eviction():
+    c = Cache(2)
+    c.put("a", 1)
+    c.put("b", 2)
+    c.put("c", 3)
+    assert c.get("a") is None and c.get("c") == 3
+
+
+def test_tainted():
+    c = Cache(2)
+    c.put("a", object())
+    assert c.get("b", default=5) == 5
+'''
+
+
+def test_state_built_by_several_calls_is_replayed(tmp_path, monkeypatch):
+    (tmp_path / "cache.py").write_text(CACHE)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_cache.py").write_text(CACHE_TESTS)
+    seen = _values(tmp_path, "record", {"files": ["cache.py"], "tests": ["tests/test_cache.py"]})
+    gets = {(s["kwargs"], s["history"], s["result"]) for s in seen if s["name"] == "Cache.get"}
+    puts = ("('put', '()', \"{'key': 'a', 'value': 1}\"), "
+            "('put', '()', \"{'key': 'b', 'value': 2}\"), "
+            "('put', '()', \"{'key': 'c', 'value': 3}\")")
+    first_get = "('get', '()', \"{'key': 'a', 'default': None}\")"
+    # every call the test made on the object counts, reads too (a read may move an LRU entry)
+    assert gets == {("{'key': 'a', 'default': None}", f"({puts})", "None"),
+                    ("{'key': 'c', 'default': None}", f"({puts}, {first_get})", "3")}
+    # the first put's history is empty; after a put with an object, nothing on `c` is kept
+    assert ("Cache.put", "", "1") in {(s["name"], s["history"], s["result"]) for s in seen}
+    assert not [s for s in seen if s["test"].endswith("test_tainted") and s["name"] != "Cache.put"]
+    calls = [{k: s[k] for k in ("module", "name", "args", "kwargs", "init", "history")}
+             for s in seen]
+    assert _values(tmp_path, "eval", {"calls": calls}) == [s["result"] for s in seen]
+    c = next(s for s in seen if s["name"] == "Cache.get" and s["result"] == "3")
+    call = behaviour.ProbeCall(call="cache:Cache.get", args=c["args"], kwargs=c["kwargs"],
+                               init=c["init"], history=c["history"], gold="3", decides=True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert eval(call.expression(), {}) == "3"  # what a planted check runs
+    fresh = call.model_copy(update={"history": ""})
+    assert eval(fresh.expression(), {}) == "None"  # without the puts the value differs
