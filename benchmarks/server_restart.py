@@ -115,12 +115,9 @@ def uses_standby(run_dir: Path) -> bool:
     return bool(config.get("inference", {}).get("standby_servers"))
 
 
-def may_kill(run_dir: Path, kills: int, waited_s: float, standby_wait_s: float) -> bool:
-    """The next kill may go: the previous restarts are done and, with standbys, the next
-    standby is ready (or `standby_wait_s` has passed since the kill became due)."""
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    if restarts_done(metrics) < kills:
-        return False
+def standby_ready(run_dir: Path, kills: int, waited_s: float, standby_wait_s: float) -> bool:
+    """Whether the next kill may go as far as standbys go: none is used, the next one has its
+    imports done, or `standby_wait_s` passed since the previous restart was done."""
     if not uses_standby(run_dir) or waited_s >= standby_wait_s:
         return True
     return standbys_ready(run_dir) > kills
@@ -160,12 +157,13 @@ def drill(args: argparse.Namespace) -> dict:
     due_since = None
     try:
         while proc.poll() is None and time.monotonic() - t0 < args.timeout_s:
-            steps = len(read_jsonl(out / "metrics.jsonl"))
-            if pending and steps >= pending[0]:
+            metrics = read_jsonl(out / "metrics.jsonl")
+            steps = len(metrics)
+            if pending and steps >= pending[0] and restarts_done(metrics) >= len(kills):
                 due_since = due_since or time.monotonic()
                 waited = time.monotonic() - due_since
                 pids = server_pids(out)
-                if pids and may_kill(out, len(kills), waited, args.standby_wait_s):
+                if pids and standby_ready(out, len(kills), waited, args.standby_wait_s):
                     os.kill(pids[0], signal.SIGKILL)
                     kills.append({"pid": pids[0], "after_step": steps,
                                   "at_s": round(time.monotonic() - t0, 1),
