@@ -86,9 +86,12 @@ class UpdateResult:
     decode_rows: int = 0
     """Rows those steps decoded (their sum of batch sizes)."""
     prefill_rounds: int = 0
-    """Rounds that admitted new requests since the previous update: 1 when a batch arrived
-    at once, more when its requests joined running ones in cohorts (each later cohort ends
-    later, so a step whose requests split into cohorts takes longer)."""
+    """Rounds that admitted new requests since the previous update."""
+    longest_row_sum: int = 0
+    """Sum over those decode steps of the longest running row's length (prompt + generated):
+    with the mean (`/ decode_steps`) it shows whether a batch's rows ran together (equal-length
+    answers started at once: about half the answer length plus the prompt) or in offset cohorts
+    (higher: every step attends over the leading cohort's rows)."""
 
 
 @dataclass(eq=False)
@@ -124,6 +127,7 @@ class EngineCounters:
     decode_steps: int = 0
     decode_rows: int = 0
     prefill_rounds: int = 0
+    longest_row_sum: int = 0
     weight_updates: int = 0
     prefix_queries: int = 0
     """Prompt tokens of prefilled requests (vLLM's `prefix_cache_queries`)."""
@@ -173,7 +177,7 @@ class Engine:
         self.max_queue = max_queue
         self.policy_version = policy_version
         self.counters = EngineCounters()
-        self._at_last_update = (0, 0, 0)  # decode steps, decode rows, prefill rounds
+        self._at_last_update = (0, 0, 0, 0)  # decode steps, rows, prefill rounds, longest rows
         self.error: BaseException | None = None
         self._cv = threading.Condition()
         self._waiting: deque[_Seq] = deque()
@@ -345,10 +349,10 @@ class Engine:
         self.policy_version = update.version
         self.counters.weight_updates += 1
         c, last = self.counters, self._at_last_update
-        self._at_last_update = (c.decode_steps, c.decode_rows, c.prefill_rounds)
+        self._at_last_update = (c.decode_steps, c.decode_rows, c.prefill_rounds, c.longest_row_sum)
         self._call(update.on_done, UpdateResult(
             update.version, aborted, time.monotonic() - t0, c.decode_steps - last[0],
-            c.decode_rows - last[1], c.prefill_rounds - last[2]))
+            c.decode_rows - last[1], c.prefill_rounds - last[2], c.longest_row_sum - last[3]))
 
     def _prefill(self, seqs: list[_Seq]) -> None:
         for seq in seqs:
@@ -375,6 +379,7 @@ class Engine:
         self._routing.after_decode([s.id for s in running])
         self.counters.decode_steps += 1
         self.counters.decode_rows += len(self._running)
+        self.counters.longest_row_sum += max(len(s.prompt_ids) + len(s.token_ids) for s in running)
         finished = self._emit(self._running, out)
         self._keep([i for i in range(len(self._running)) if i not in finished])
 

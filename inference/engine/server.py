@@ -334,10 +334,11 @@ class Handlers:
         result = await fut
         if isinstance(result, BaseException):
             raise HTTPError(503, str(result))
-        mean_batch = result.decode_rows / result.decode_steps if result.decode_steps else 0.0
+        steps = result.decode_steps or 1
         log.info("serving policy version %d (aborted %d; since the last update: %d decode steps, "
-                 "mean batch %.1f, %d prefill rounds)", result.policy_version, result.aborted,
-                 result.decode_steps, mean_batch, result.prefill_rounds)
+                 "mean batch %.1f, mean longest row %.0f, %d prefill rounds)",
+                 result.policy_version, result.aborted, result.decode_steps,
+                 result.decode_rows / steps, result.longest_row_sum / steps, result.prefill_rounds)
         return UpdateWeightsResponse(
             policy_version=result.policy_version,
             aborted=result.aborted,

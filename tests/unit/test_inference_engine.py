@@ -136,6 +136,8 @@ def test_update_weights_changes_outputs_and_version(engine, model_dir, tmp_path)
     # since the start: one request admitted in one round, its 9 tokens after the first decoded
     r = done.result
     assert (r.prefill_rounds, r.decode_steps, r.decode_rows) == (1, 9, 9)
+    n = len(PROMPTS[3])  # each decode step's longest row: the prompt and the tokens so far
+    assert r.longest_row_sum == sum(n + i for i in range(1, 10))
     after = run(engine, PROMPTS[3], max_tokens=10, temperature=0.0, ignore_eos=True)
     assert after.token_ids != before.token_ids
     assert (after.policy_version, after.policy_version_final) == (1, 1)
