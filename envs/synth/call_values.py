@@ -121,9 +121,10 @@ class Recorder:
 
     def _enter(self, frame, code) -> None:
         skip = _CO_VARARGS | _CO_VARKEYWORDS | _CO_GENERATOR | _CO_COROUTINE | _ASYNC_GEN
-        kind = _kind(frame, code)
-        if code.co_flags & skip or kind is None:
+        found = _kind(frame, code)
+        if code.co_flags & skip or found is None:
             return
+        kind, function = found
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         values = [frame.f_locals[n] for n in names]
         posonly = code.co_posonlyargcount
@@ -136,9 +137,8 @@ class Recorder:
             posonly = max(posonly - 1, 0)
             if kind == "classmethod":
                 module, name = receiver.__module__, f"{receiver.__qualname__}.{code.co_name}"
-        defaults = _defaults(frame, code, receiver, kind)
-        keywords = {n: v for n, v in zip(names[posonly:], values[posonly:], strict=True)
-                    if plain(v) or defaults.get(n, _NONE) is not v}  # as if left out
+        keywords = _without_defaults(dict(zip(names[posonly:], values[posonly:], strict=True)),
+                                     function)
         positional = tuple(values[:posonly])
         is_plain = all(plain(v) for v in (*positional, *keywords.values()))
         if kind == "method":
@@ -177,10 +177,11 @@ class Recorder:
                 self.history[id(receiver)] = []
 
 
-def _kind(frame, code) -> str | None:
+def _kind(frame, code) -> tuple[str, object] | None:
     """How the running code is reached from its module: "function" (module level),
-    "staticmethod", "classmethod" or "method" (of a module-level class); None for anything else
-    (a nested function, a lambda, a function stored under another name)."""
+    "staticmethod", "classmethod" or "method" (of a module-level class), with the function
+    object; None for anything else (a nested function, a lambda, a function stored under
+    another name)."""
     parts = code.co_qualname.split(".")
     if "<" in code.co_qualname or len(parts) > 2:
         return None
@@ -192,30 +193,24 @@ def _kind(frame, code) -> str | None:
     if getattr(function, "__code__", None) is not code:
         return None
     if kind is None and len(parts) == 2:
-        return "method" if code.co_argcount else None
-    return kind or "function"
+        return ("method", function) if code.co_argcount else None
+    return kind or "function", function
 
 
 _NONE = object()
 
 
-def _defaults(frame, code, receiver, kind: str) -> dict:
-    """The running function's parameters with a default, name -> default value; a parameter
-    whose value is its own default object that is not plain (`cache_setitem=Cache.__setitem__`,
-    a common idiom) is recorded as left out, so that the call stays replayable."""
-    parts = code.co_qualname.split(".")
-    if kind == "method":
-        function = getattr(type(receiver), code.co_name, None)
-    else:
-        found = frame.f_globals.get(parts[0])
-        function = vars(found).get(parts[1]) if len(parts) == 2 else found
-        function = getattr(function, "__func__", function)
-    if getattr(function, "__code__", None) is not code:
-        return {}
-    names = code.co_varnames[: code.co_argcount]
+def _without_defaults(keywords: dict, function) -> dict:
+    """`keywords` less the parameters whose value is their own default object and not plain
+    (`cache_setitem=Cache.__setitem__`, a common idiom): recorded as left out, so that the call
+    stays replayable."""
+    if all(plain(v) for v in keywords.values()):
+        return keywords
+    defaults = dict(function.__kwdefaults__ or {})
+    names = function.__code__.co_varnames[: function.__code__.co_argcount]
     positional = function.__defaults__ or ()
-    out = dict(zip(names[len(names) - len(positional):], positional))
-    return out | (function.__kwdefaults__ or {})
+    defaults |= dict(zip(names[len(names) - len(positional):], positional))
+    return {n: v for n, v in keywords.items() if plain(v) or defaults.get(n, _NONE) is not v}
 
 
 def _reaches(receiver, code) -> bool:

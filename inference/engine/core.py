@@ -23,7 +23,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -177,7 +177,8 @@ class Engine:
         self.max_queue = max_queue
         self.policy_version = policy_version
         self.counters = EngineCounters()
-        self._at_last_update = (0, 0, 0, 0)  # decode steps, rows, prefill rounds, longest rows
+        self._at_last_update = EngineCounters()
+        """The counters as they were at the last weight update (an update reports the window)."""
         self.error: BaseException | None = None
         self._cv = threading.Condition()
         self._waiting: deque[_Seq] = deque()
@@ -349,10 +350,11 @@ class Engine:
         self.policy_version = update.version
         self.counters.weight_updates += 1
         c, last = self.counters, self._at_last_update
-        self._at_last_update = (c.decode_steps, c.decode_rows, c.prefill_rounds, c.longest_row_sum)
+        self._at_last_update = replace(c)
         self._call(update.on_done, UpdateResult(
-            update.version, aborted, time.monotonic() - t0, c.decode_steps - last[0],
-            c.decode_rows - last[1], c.prefill_rounds - last[2], c.longest_row_sum - last[3]))
+            update.version, aborted, time.monotonic() - t0, c.decode_steps - last.decode_steps,
+            c.decode_rows - last.decode_rows, c.prefill_rounds - last.prefill_rounds,
+            c.longest_row_sum - last.longest_row_sum))
 
     def _prefill(self, seqs: list[_Seq]) -> None:
         for seq in seqs:
