@@ -37,6 +37,9 @@ ABORT_REASONS = ("grep_missed", "view_failed", "edit_failed", "example_failed_af
                  "tests_fail_after_fix", "script_exhausted")
 """Why the expert stopped mid-episode (`ExpertAbort.reason`)."""
 
+SUSPECTS_READ = 3
+"""The expert reads the trace's suspects in order when the buggy function is among this many
+(the ones before it first); further down, it picks the function from the call tree."""
 _RETURNCODE = re.compile(r"<returncode>(-?\d+|none)</returncode>")
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?)\b")
 
@@ -78,17 +81,27 @@ def expert_steps(plan: ExpertPlan, task: Task, trace: bool = False) -> Dialogue:
         obs = yield Step(f"{said} Let me run the example from the issue.", "bash",
                          {"command": plan.reproduction_run})
         said = _example_said(obs)
-    found = ""
+    found, ahead = "", None
     if trace and plan.function and plan.reproduction_rerun == f"python3 {SCRIPT_PATH}":
-        obs = yield Step(f"{said} Let me trace the reproduction to see which functions of the "
-                         "repository it calls.", "trace", {"script": SCRIPT_PATH})
-        found = _traced(obs, plan)
-    if not found:
+        tests = " ".join(_test_files(plan.test_command))
+        against = (" against those tests, to see which functions of the repository it runs and "
+                   "which of them the tests run least") if tests else \
+            ", to see which functions of the repository it calls"
+        obs = yield Step(f"{said} Let me trace the reproduction{against}.", "trace",
+                         {"script": SCRIPT_PATH, **({"tests": tests} if tests else {})})
+        found, ahead = _traced(obs, plan), _suspects_ahead(obs, plan)
+    if not found and ahead is None:
         obs = yield Step(f"{said} {_find_sentence(plan)}", "bash", {"command": plan.grep})
         if not _grep_found(obs, plan):
             raise ExpertAbort("grep_missed", f"`{plan.grep}` did not show {plan.file}")
     where = f"`{plan.function}` is" if plan.function else "The code is"
-    if found:
+    if ahead is not None:
+        for i, (name, path, line) in enumerate(ahead):
+            obs = yield Step(f"{_suspect_lead(ahead, i)} `{name}`, in {path} at line {line}; "
+                             "let me read it.", "view", {"path": path, "view_range": [line, line + 24]})
+            _check_view(obs, path)
+        where = f"{_suspect_lead(ahead, len(ahead))} `{plan.function}`; it is"
+    elif found:
         where = f"Of the calls, `{plan.function}` computes what the issue reports; it is"
     read = "let me read it."
     if plan.def_line and plan.view_range[0] > plan.def_line:
@@ -170,6 +183,30 @@ def _traced(obs: str, plan: ExpertPlan) -> str:
                 "")
 
 
+def _test_files(test_command: str) -> list[str]:
+    return [w for w in test_command.split() if w.endswith(".py")]
+
+
+_SUSPECT = re.compile(r"^(\d+)\. (\S+)  \((\S+):(\d+)\): line \d+ ran in", re.MULTILINE)
+
+
+def _suspects_ahead(obs: str, plan: ExpertPlan) -> list[tuple[str, str, int]] | None:
+    """The suspects the trace ranked above the plan's function, when it is among the first
+    `SUSPECTS_READ`; None when it is not (the expert then finds it another way)."""
+    suspects = [(name, path, int(line)) for _, name, path, line in _SUSPECT.findall(obs)]
+    for i, (name, path, _) in enumerate(suspects[:SUSPECTS_READ]):
+        if name == plan.function and path == plan.file:
+            return suspects[:i]
+    return None
+
+
+def _suspect_lead(ahead: list, i: int) -> str:
+    """How the `i`-th suspect read is introduced (the ones before it looked right)."""
+    if i == 0:
+        return "The first suspect is"
+    return f"`{ahead[i - 1][0]}` is right for this input. The next suspect is"
+
+
 def _grep_found(obs: str, plan: ExpertPlan) -> bool:
     return _exit_code(obs) == 0 and (plan.file in obs or plan.grep.split()[-1] == plan.file)
 
@@ -177,7 +214,7 @@ def _grep_found(obs: str, plan: ExpertPlan) -> bool:
 def _check_listed(obs: str, test_command: str) -> None:
     """The listing must show every test file the next command runs (else the demonstration
     would run names it never saw)."""
-    files = [w for w in test_command.split() if w.endswith(".py")]
+    files = _test_files(test_command)
     missing = [f for f in files if PurePosixPath(f).name not in obs]
     if missing:
         raise ExpertAbort("tests_not_listed", f"the listing did not show {', '.join(missing)}")
@@ -222,7 +259,7 @@ def _bash_command(step: Step) -> str:
                   "print('edited', path)")
         return python_heredoc(script)
     if step.tool == "trace":
-        return trace_command(args["script"])
+        return trace_command(args["script"], args.get("tests"))
     if step.tool == "submit":
         return f"echo {SUBMIT_SENTINEL}"
     raise ValueError(f"unknown tool {step.tool!r}")

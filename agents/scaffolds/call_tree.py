@@ -1,13 +1,15 @@
 """Run a Python script and print the tree of the repository's functions it called.
 
-This file runs inside the sandbox (its source is fed to `python3 -`), so it uses the standard
-library only and works on Python 3.8 and later. `python3 - SCRIPT [ARGS...]` runs SCRIPT as
+This file runs inside the sandbox (the `trace` tool's command saves it beside `suspects.py`), so
+it uses the standard library only and works on Python 3.8 and later. `python3 call_tree.py
+[--tests 'PYTEST ARGS'] SCRIPT [ARGS...]` runs SCRIPT as
 `python3 SCRIPT` would from the current directory (the repository root), lets its output through,
 prints its traceback if it raised, and then the calls into the repository's own code: one line per
 distinct call path, in the order first called, indented by depth, with the file, the `def` line
 and how many times that path ran. Test files, module and class bodies, calls made while a module
 is imported, comprehensions and lambdas are left out; the tree stops at `MAX_DEPTH` levels and
-`MAX_LINES` lines. The exit code is the script's (2, with a line saying how to save it, when there
+`MAX_LINES` lines. With `--tests`, the suspects follow: the functions the script ran, ranked
+against those tests' line counts (`suspects.py`). The exit code is the script's (2, with a line saying how to save it, when there
 is no such file).
 
 It is how the `trace` tool of the tools scaffold finds the code behind a wrong result: the buggy
@@ -16,14 +18,19 @@ function is among the calls whenever the reproduction calls it after its imports
 
 import os
 import runpy
+import shlex
 import sys
 import traceback
+
+try:
+    from suspects import LineCover, repo_relative, suspects_lines  # saved beside this file
+except ImportError:  # imported as part of swefleet
+    from swefleet.agents.scaffolds.suspects import LineCover, repo_relative, suspects_lines
 
 MAX_DEPTH = 8
 """Deeper calls are not shown (their callers are)."""
 MAX_LINES = 60
 """Lines of the tree shown; the rest are counted."""
-_TEST_DIRS = {"tests", "test", "testing"}
 _CO_OPTIMIZED = 0x1
 """Set on function code objects; module and class bodies lack it."""
 
@@ -42,21 +49,8 @@ class CallTree:
     def relative(self, filename):
         """`filename` relative to the root when it is the repository's non-test code, else None."""
         if filename not in self.files:
-            self.files[filename] = self._relative(filename)
+            self.files[filename] = repo_relative(self.root, filename)
         return self.files[filename]
-
-    def _relative(self, filename):
-        if filename.startswith("<"):  # <frozen ...>, <string>, <stdin>
-            return None
-        path = os.path.realpath(filename)
-        if not path.startswith(self.root + os.sep):
-            return None
-        rel = os.path.relpath(path, self.root)
-        parts = rel.split(os.sep)
-        base = parts[-1]
-        if _TEST_DIRS & set(parts[:-1]) or base.startswith("test_") or base.endswith("_test.py"):
-            return None
-        return None if base == "conftest.py" else rel
 
     def profile(self, frame, event, arg):
         if event == "call":
@@ -103,8 +97,11 @@ def _importing(frame):
 
 
 def main(argv):
+    tests = None
+    if argv[:1] == ["--tests"] and len(argv) > 1:
+        tests, argv = ["-o", "addopts="] + shlex.split(argv[1]), argv[2:]
     if not argv:
-        sys.stderr.write("usage: python3 - SCRIPT [ARGS...]\n")
+        sys.stderr.write("usage: call_tree.py [--tests 'PYTEST ARGS'] SCRIPT [ARGS...]\n")
         return 2
     if not os.path.isfile(argv[0]):
         print(f"{argv[0]} does not exist. Save the script first (with bash: cat > {argv[0]} "
@@ -115,13 +112,17 @@ def main(argv):
     script = os.path.abspath(argv[0])
     sys.path[0] = os.path.dirname(script)  # as `python3 SCRIPT` has it
     code = 0
+    cover = LineCover(os.getcwd(), skip=_importing)
     sys.setprofile(tree.profile)
+    if tests is not None:
+        sys.settrace(cover.trace)
     try:
         runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:  # noqa: BLE001 (the script's own failure: shown, then the calls)
         sys.setprofile(None)
+        sys.settrace(None)
         tb = exc.__traceback__
         while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
             tb = tb.tb_next  # this file's and runpy's frames
@@ -129,11 +130,14 @@ def main(argv):
         code = 1
     finally:
         sys.setprofile(None)
+        sys.settrace(None)
     sys.stdout.flush()
     sys.stderr.flush()
     lines = tree.lines()
     print("\n--- calls into the repository's code (call order; xN: that call path ran N times) ---")
     print("\n".join(lines) if lines else "(none: the script called no function of the repository)")
+    if tests is not None:
+        print("\n".join(suspects_lines(cover, tests, tree.root)))
     return code
 
 

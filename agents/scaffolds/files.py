@@ -46,7 +46,7 @@ class NumberedText:
 async def view_file(
     sandbox: Sandbox, path: str, view_range: list[int] | None, timeout_s: float
 ) -> NumberedText:
-    """The file's lines `view_range = [start, end]` (end -1: to the end), numbered."""
+    """The file's lines `view_range = [start, end]` (end -1 or past the end: to the end), numbered."""
     data = await read_bytes(sandbox, path, timeout_s)
     if b"\0" in data:
         raise ToolError(f"{path} is a binary file ({len(data)} bytes); it cannot be viewed")
@@ -197,8 +197,8 @@ def _line_range(view_range: list[int] | None, total: int) -> tuple[int, int]:
     if view_range is None:
         return 1, total
     start, end = view_range
-    if end == -1:
-        end = total
+    if end == -1 or start <= end > total:
+        end = total  # past the end: to the end
     if start < 1 or (total and start > total) or end < start or end > total:
         raise ToolError(
             f"view_range {view_range} is invalid for a file of {total} lines: use "

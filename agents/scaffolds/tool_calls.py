@@ -50,6 +50,7 @@ class StrReplaceArgs(_Arguments):
 
 class TraceArgs(_Arguments):
     script: str = Field(min_length=1)
+    tests: str | None = None
 
 
 class SubmitArgs(_Arguments):

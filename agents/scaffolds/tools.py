@@ -5,8 +5,9 @@ template renders them; the model answers with one `<tool_call>{json}</tool_call>
 comes back as a user turn `<tool_response>\\n...\\n</tool_response>` (what Qwen3's template
 renders for a `tool` message). `view` / `str_replace` use the sandbox's `read_file` /
 `write_file` (`agents.scaffolds.files`); `trace` runs a Python script under
-`agents/scaffolds/call_tree.py` (fed to the sandbox's `python3 -`), which prints the script's
-output and the tree of the repository's functions it called; `submit` ends the episode, the
+`agents/scaffolds/call_tree.py` (saved to the sandbox with `suspects.py`), which prints the
+script's output and the tree of the repository's functions it called, and with `tests` the
+suspects among them (`agents/scaffolds/suspects.py`); `submit` ends the episode, the
 submission is the sandbox's `git diff`.
 """
 
@@ -51,7 +52,8 @@ class ToolScaffold:
 
     async def execute(self, action: Action, sandbox: Sandbox, timeout_s: float) -> Observation:
         if action.tool in ("bash", "trace"):
-            command = action.command or trace_command(action.arguments["script"])
+            args = action.arguments
+            command = action.command or trace_command(args["script"], args.get("tests"))
             result = await sandbox.run(command, timeout_s=timeout_s)
             content, elided = render_command_result(result, self.config.observation_max_chars)
             return Observation(
@@ -92,16 +94,24 @@ class ToolScaffold:
 
 
 @cache
-def _call_tree_source() -> str:
-    return (Path(__file__).with_name("call_tree.py")).read_text(encoding="utf-8")
+def _source(name: str) -> str:
+    return (Path(__file__).with_name(name)).read_text(encoding="utf-8")
 
 
-def trace_command(script: str) -> str:
-    """The shell command behind the `trace` tool: `script` run under the call-tree tracer."""
-    source = _call_tree_source()
-    delim = "SWEFLEET_CALL_TREE"
-    assert delim not in source
-    return f"python3 - {shlex.quote(script)} <<'{delim}'\n{source.rstrip()}\n{delim}"
+def trace_command(script: str, tests: str | None = None) -> str:
+    """The shell command behind the `trace` tool: `call_tree.py` and `suspects.py` saved to a
+    fresh temporary folder, `script` run under the call-tree tracer (with `tests`, pytest
+    arguments, the suspects ranked against those tests), the folder removed; the exit code is
+    the script's."""
+    delim = "SWEFLEET_TRACE_SOURCE"
+    parts = ['d="$(mktemp -d)"']
+    for name in ("suspects.py", "call_tree.py"):
+        source = _source(name)
+        assert delim not in source
+        parts.append(f"cat > \"$d/{name}\" <<'{delim}'\n{source.rstrip()}\n{delim}")
+    args = (f"--tests {shlex.quote(tests)} " if tests else "") + shlex.quote(script)
+    parts.append(f'python3 "$d/call_tree.py" {args}; rc=$?; rm -rf "$d"; exit $rc')
+    return "\n".join(parts)
 
 
 def _response(content: str) -> str:

@@ -340,24 +340,51 @@ def _plan_with_reproduction():
 LISTING = "<returncode>0</returncode>\n<output>\ntest_core.py\ntest_other.py\n</output>"
 
 
-@pytest.mark.parametrize("shown", [True, False])
-def test_the_expert_finds_the_function_in_the_trace_else_greps(shown):
+def _traced_dialogue():
     plan, task = _plan_with_reproduction()
     dialogue = expert_steps(plan, task, trace=True)
     assert next(dialogue).arguments == {"command": "ls tests"}
     tests = dialogue.send(LISTING)
+    assert tests.tool == "bash"
     repro = dialogue.send("<returncode>0</returncode>\n<output>\n3 passed\n</output>")
     assert repro.tool == "bash" and repro.arguments["command"].startswith("cat > /tmp/repro.py")
     step = dialogue.send("<returncode>1</returncode>\n<output>\nAssertionError\n</output>")
-    assert step.tool == "trace" and step.arguments == {"script": "/tmp/repro.py"}
-    assert "python3 - /tmp/repro.py <<'SWEFLEET_CALL_TREE'" in render_step(step, "bash")
+    assert step.tool == "trace"
+    assert step.arguments == {"script": "/tmp/repro.py", "tests": "tests/test_core.py"}
+    assert "--tests tests/test_core.py /tmp/repro.py" in render_step(step, "bash")
+    return plan, dialogue
+
+
+@pytest.mark.parametrize("shown", [True, False])
+def test_the_expert_finds_the_function_in_the_trace_else_greps(shown):
+    plan, dialogue = _traced_dialogue()
     line = f"clamp  ({plan.file}:{plan.def_line})" if shown else "other  (calc/x.py:1)"
     step = dialogue.send(f"<returncode>1</returncode>\n<output>\n--- calls\n{line}\n</output>")
     if shown:
         assert step.tool == "view" and step.thought.startswith("Of the calls, `clamp` computes")
     else:
         assert step.tool == "bash" and step.arguments["command"] == plan.grep
-    assert tests.tool == "bash"
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+def test_the_expert_reads_the_suspects_in_order_down_to_the_buggy_one(rank):
+    plan, dialogue = _traced_dialogue()
+    others = [("other", "calc/x.py", 10), ("third", "calc/y.py", 3), ("fourth", "calc/y.py", 9)]
+    suspects = others[:rank - 1] + [("clamp", plan.file, plan.def_line)] + others[rank - 1:]
+    listed = "\n".join(f"{n}. {name}  ({path}:{line}): line {line + 1} ran in 0 of 3 passing tests"
+                       for n, (name, path, line) in enumerate(suspects, 1))
+    step = dialogue.send("<returncode>1</returncode>\n<output>\n--- calls\n(none)\n--- suspects: "
+                         f"the functions it ran (3 passed, 0 failed) ---\n{listed}\n</output>")
+    if rank == 4:  # beyond the suspects the expert reads: found another way
+        assert step.tool == "bash" and step.arguments["command"] == plan.grep
+        return
+    for name, path, line in others[:rank - 1]:
+        assert step.tool == "view" and step.arguments == {"path": path, "view_range": [line, line + 24]}
+        assert f"suspect is `{name}`, in {path} at line {line}" in step.thought
+        step = dialogue.send("<tool_response>\ncalc/x.py, lines 10-34 of 90:\n</tool_response>")
+    assert step.tool == "view" and step.arguments["path"] == plan.file
+    lead = "The first suspect is" if rank == 1 else f"`{others[rank - 2][0]}` is right for this"
+    assert step.thought.startswith(lead) and "`clamp`; it is in" in step.thought
 
 
 def test_without_the_tool_the_expert_greps():

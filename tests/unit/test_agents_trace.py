@@ -4,6 +4,7 @@ tree of the repository's functions (the expert's use of it: `test_agents_expert.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -104,3 +105,91 @@ async def test_deep_and_wide_trees_are_cut(tmp_path):
     assert f"{'  ' * MAX_DEPTH}down" not in tree
     assert tree.count("(wide.py:") == MAX_LINES - MAX_DEPTH
     assert f"... {MAX_DEPTH + 5} more call paths" in tree
+
+
+BUGGY = """\
+def parse(text):
+    return [clean(w) for w in text.split(",")]
+
+
+def clean(word):
+    word = word.strip()
+    if word.startswith("#"):
+        return word[2:]
+    return word
+
+
+def join(words):
+    return ",".join(words)
+"""
+BUGGY_TESTS = """\
+from pkg import join, parse
+
+
+def test_parse():
+    assert parse("a, b") == ["a", "b"]
+
+
+def test_join():
+    assert join(["a"]) == "a"
+
+
+def test_roundtrip():
+    assert join(parse("x,y")) == "x,y"
+"""
+BUGGY_REPRO = """\
+import sys
+sys.path.insert(0, ".")
+from pkg import parse
+assert parse("#a") == ["a"], parse("#a")
+"""
+
+
+async def trace_with_tests(sandbox, script: str, tests: str) -> str:
+    scaffold = ToolScaffold(AgentConfig(scaffold="tools", observation_max_chars=20_000))
+    body = json.dumps({"name": "trace", "arguments": {"script": script, "tests": tests}})
+    action = parse_tool_call(f"Tracing.\n<tool_call>\n{body}\n</tool_call>")
+    return (await scaffold.execute(action, sandbox, 60.0)).text
+
+
+@pytest.fixture
+def python_with_pytest_first(monkeypatch):
+    """`python3` in the sandbox's shell is this interpreter (it has pytest)."""
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "python3").exists():
+        pytest.skip("this interpreter has no python3 beside it")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+async def test_suspects_put_the_line_no_passing_test_runs_first(tmp_path, python_with_pytest_first):
+    sandbox = LocalShellSandbox.create(tmp_path / "repo", {
+        "pkg/__init__.py": BUGGY, "tests/test_pkg.py": BUGGY_TESTS, "repro.py": BUGGY_REPRO})
+    text = await trace_with_tests(sandbox, "repro.py", "tests/test_pkg.py")
+    assert "<returncode>1</returncode>" in text and "AssertionError: ['']" in text
+    suspects = text.split("--- suspects:", 1)[1].splitlines()
+    assert "(3 passed, 0 failed)" in suspects[0]
+    assert suspects[1:3] == [
+        "1. clean  (pkg/__init__.py:5): line 8 ran in 0 of 3 passing tests",
+        "2. parse  (pkg/__init__.py:1): line 2 ran in 2 of 3 passing tests",
+    ]  # `join` ran in the tests only; the tree above is unchanged
+    assert "clean  (pkg/__init__.py:5)" in text.split("--- suspects:", 1)[0]
+    assert list(sandbox.root.glob("tmp*")) == []
+
+
+async def test_suspects_say_why_there_are_none(tmp_path, python_with_pytest_first):
+    sandbox = LocalShellSandbox.create(tmp_path / "repo", {
+        "pkg/__init__.py": BUGGY, "tests/test_pkg.py": BUGGY_TESTS, "repro.py": BUGGY_REPRO})
+    text = await trace_with_tests(sandbox, "repro.py", "tests/no_such_test.py")
+    assert "(none: no test ran)" in text and "<returncode>1</returncode>" in text
+
+
+def test_equal_scores_put_the_function_called_last_first():
+    from swefleet.agents.scaffolds.suspects import LineCover, rank
+
+    cover = LineCover("/repo")
+    cover.lines = {("a.py", 1): {2}, ("a.py", 5): {6}, ("b.py", 1): {3}}
+    counts = {"a.py:2": [0, 0], "a.py:6": [0, 0], "b.py:3": [4, 0]}
+    ranked = [key for _, key, _, _ in rank(cover, counts, failing_tests=0)]
+    assert ranked == [("a.py", 5), ("a.py", 1), ("b.py", 1)]
+    counts["b.py:3"] = [0, 2]  # two failing tests ran it too: most suspect
+    assert rank(cover, counts, failing_tests=2)[0][1] == ("b.py", 1)
