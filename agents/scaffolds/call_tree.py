@@ -9,8 +9,8 @@ distinct call path, in the order first called, indented by depth, with the file,
 and how many times that path ran. Test files, module and class bodies, calls made while a module
 is imported, comprehensions and lambdas are left out; the tree stops at `MAX_DEPTH` levels and
 `MAX_LINES` lines. With `--tests`, the suspects follow: the functions the script ran, ranked
-against those tests' line counts (`suspects.py`). The exit code is the script's (2, with a line saying how to save it, when there
-is no such file).
+against those tests' line counts (`suspects.py`). The exit code is the script's (2, with a line
+saying how to save it, when there is no such file).
 
 It is how the `trace` tool of the tools scaffold finds the code behind a wrong result: the buggy
 function is among the calls whenever the reproduction calls it after its imports.
@@ -23,16 +23,19 @@ import sys
 import traceback
 
 try:
-    from suspects import LineCover, repo_relative, suspects_lines  # saved beside this file
+    from suspects import CO_OPTIMIZED, LineCover, repo_relative, suspects_lines  # beside this file
 except ImportError:  # imported as part of swefleet
-    from swefleet.agents.scaffolds.suspects import LineCover, repo_relative, suspects_lines
+    from swefleet.agents.scaffolds.suspects import (
+        CO_OPTIMIZED,
+        LineCover,
+        repo_relative,
+        suspects_lines,
+    )
 
 MAX_DEPTH = 8
 """Deeper calls are not shown (their callers are)."""
 MAX_LINES = 60
 """Lines of the tree shown; the rest are counted."""
-_CO_OPTIMIZED = 0x1
-"""Set on function code objects; module and class bodies lack it."""
 
 
 class CallTree:
@@ -60,7 +63,7 @@ class CallTree:
 
     def _call(self, frame):
         code = frame.f_code
-        if not code.co_flags & _CO_OPTIMIZED or code.co_name.startswith("<"):
+        if not code.co_flags & CO_OPTIMIZED or code.co_name.startswith("<"):
             return  # a module or class body, a comprehension, a lambda
         rel = self.relative(code.co_filename)
         if rel is None or (not self.stack and _importing(frame)):

@@ -23,8 +23,8 @@ SHOWN = 5
 TESTS_TIMEOUT_S = 40
 """The test run's deadline (the `trace` command's own timeout is longer)."""
 _TEST_DIRS = {"tests", "test", "testing"}
-_CO_OPTIMIZED = 0x1
-"""Set on function code objects; module and class bodies lack it."""
+CO_OPTIMIZED = 0x1
+"""Set on function code objects; module and class bodies lack it (`call_tree.py` uses it too)."""
 
 
 def repo_relative(root, filename):
@@ -61,7 +61,7 @@ class LineCover:
 
     def trace(self, frame, event, arg):
         code = frame.f_code
-        if not code.co_flags & _CO_OPTIMIZED or code.co_name.startswith("<"):
+        if not code.co_flags & CO_OPTIMIZED or code.co_name.startswith("<"):
             return None
         rel = self.relative(code.co_filename)
         if rel is None or (self.skip is not None and self.skip(frame)):
