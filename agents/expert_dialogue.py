@@ -27,6 +27,7 @@ from typing import Any
 from swefleet.agents.expert import ExpertPlan, ReasonedError, issue_title, python_heredoc
 from swefleet.agents.protocol import ChatTokenizer
 from swefleet.agents.scaffolds.bash import SUBMIT_SENTINEL
+from swefleet.agents.scaffolds.suspects import parse_suspects
 from swefleet.agents.scaffolds.tools import trace_command
 from swefleet.envs.synth.repro import SCRIPT_PATH
 from swefleet.inference.protocol import Completion
@@ -187,13 +188,10 @@ def _test_files(test_command: str) -> list[str]:
     return [w for w in test_command.split() if w.endswith(".py")]
 
 
-_SUSPECT = re.compile(r"^(\d+)\. (\S+)  \((\S+):(\d+)\): line \d+ ran in", re.MULTILINE)
-
-
 def _suspects_ahead(obs: str, plan: ExpertPlan) -> list[tuple[str, str, int]] | None:
     """The suspects the trace ranked above the plan's function, when it is among the first
     `SUSPECTS_READ`; None when it is not (the expert then finds it another way)."""
-    suspects = [(name, path, int(line)) for _, name, path, line in _SUSPECT.findall(obs)]
+    suspects = parse_suspects(obs)
     for i, (name, path, _) in enumerate(suspects[:SUSPECTS_READ]):
         if name == plan.function and path == plan.file:
             return suspects[:i]

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.expert import parse_hunks, test_files
 from swefleet.agents.loop import attached_task
+from swefleet.agents.scaffolds.suspects import parse_suspects
 from swefleet.agents.scaffolds.tools import trace_command
 from swefleet.envs.backends import make_farm
 from swefleet.envs.config import FarmConfig
@@ -39,7 +40,6 @@ from swefleet.envs.tasks import load_tasks, prepare_task_images
 
 from swefleet.types import Task
 
-_SUSPECT = re.compile(r"^\d+\. (\S+)  \((\S+):\d+\): line", re.MULTILINE)
 _TREE = re.compile(r"^\s*(\S+)  \((\S+):\d+\)", re.MULTILINE)
 
 
@@ -49,7 +49,7 @@ def ranks(output: str, task: Task) -> dict:
     target = (synth.get("function", ""), synth.get("file", ""))
     tree_part, _, suspects_part = output.partition("--- suspects:")
     tree = list(dict.fromkeys(_TREE.findall(tree_part.split("--- calls into", 1)[-1])))
-    suspects = _SUSPECT.findall(suspects_part)
+    suspects = [(name, path) for name, path, _ in parse_suspects(suspects_part)]
     return {"suspects": suspects.index(target) + 1 if target in suspects else None,
             "tree": tree.index(target) + 1 if target in tree else None}
 

@@ -23,12 +23,12 @@ import sys
 import traceback
 
 try:
-    from suspects import CO_OPTIMIZED, LineCover, repo_relative, suspects_lines  # beside this file
+    from suspects import CO_OPTIMIZED, LineCover, RepoFiles, suspects_lines  # beside this file
 except ImportError:  # imported as part of swefleet
     from swefleet.agents.scaffolds.suspects import (
         CO_OPTIMIZED,
         LineCover,
-        repo_relative,
+        RepoFiles,
         suspects_lines,
     )
 
@@ -41,19 +41,13 @@ MAX_LINES = 60
 class CallTree:
     """Distinct call paths into the repository's code, counted, in the order first seen."""
 
-    def __init__(self, root):
-        self.root = os.path.realpath(root)
-        self.files = {}
+    def __init__(self, files):
+        self.files = files
+        """A `RepoFiles`: which code is the repository's."""
         self.nodes = {}
         """(parent key, file, def line, name) -> [calls, depth]; dicts keep insertion order."""
         self.stack = []
         """(frame, key) of the repository functions now running."""
-
-    def relative(self, filename):
-        """`filename` relative to the root when it is the repository's non-test code, else None."""
-        if filename not in self.files:
-            self.files[filename] = repo_relative(self.root, filename)
-        return self.files[filename]
 
     def profile(self, frame, event, arg):
         if event == "call":
@@ -65,7 +59,7 @@ class CallTree:
         code = frame.f_code
         if not code.co_flags & CO_OPTIMIZED or code.co_name.startswith("<"):
             return  # a module or class body, a comprehension, a lambda
-        rel = self.relative(code.co_filename)
+        rel = self.files.relative(code.co_filename)
         if rel is None or (not self.stack and _importing(frame)):
             return
         name = getattr(code, "co_qualname", code.co_name)
@@ -110,12 +104,13 @@ def main(argv):
         print(f"{argv[0]} does not exist. Save the script first (with bash: cat > {argv[0]} "
               "<<'EOF' ... EOF), then trace it.")
         return 2
-    tree = CallTree(os.getcwd())
+    files = RepoFiles(os.getcwd())
+    tree = CallTree(files)
     sys.argv = list(argv)
     script = os.path.abspath(argv[0])
     sys.path[0] = os.path.dirname(script)  # as `python3 SCRIPT` has it
     code = 0
-    cover = LineCover(os.getcwd(), skip=_importing)
+    cover = LineCover(files, skip=_importing)
     sys.setprofile(tree.profile)
     if tests is not None:
         sys.settrace(cover.trace)
@@ -140,7 +135,7 @@ def main(argv):
     print("\n--- calls into the repository's code (call order; xN: that call path ran N times) ---")
     print("\n".join(lines) if lines else "(none: the script called no function of the repository)")
     if tests is not None:
-        print("\n".join(suspects_lines(cover, tests, tree.root)))
+        print("\n".join(suspects_lines(cover, tests, files.root)))
     return code
 
 

@@ -14,6 +14,7 @@ failing tests that ran it, and writes them as JSON.
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,28 +43,36 @@ def repo_relative(root, filename):
     return None if base == "conftest.py" else rel
 
 
+class RepoFiles:
+    """`repo_relative` under one root, remembered per file name (it is asked on every call)."""
+
+    def __init__(self, root):
+        self.root = os.path.realpath(root)
+        self.known = {}
+
+    def relative(self, filename):
+        if filename not in self.known:
+            self.known[filename] = repo_relative(self.root, filename)
+        return self.known[filename]
+
+
 class LineCover:
     """The lines of the repository's functions that ran, per function, and the functions in
     the order first run; calls made under an import are left out when `skip` says so."""
 
-    def __init__(self, root, skip=None):
-        self.root = os.path.realpath(root)
+    def __init__(self, files, skip=None):
+        self.files = files
+        """A `RepoFiles`."""
         self.skip = skip
-        self.files = {}
         self.lines = {}
         """(file, def line) -> set of lines run; dicts keep the order first run."""
         self.names = {}
-
-    def relative(self, filename):
-        if filename not in self.files:
-            self.files[filename] = repo_relative(self.root, filename)
-        return self.files[filename]
 
     def trace(self, frame, event, arg):
         code = frame.f_code
         if not code.co_flags & CO_OPTIMIZED or code.co_name.startswith("<"):
             return None
-        rel = self.relative(code.co_filename)
+        rel = self.files.relative(code.co_filename)
         if rel is None or (self.skip is not None and self.skip(frame)):
             return None
         key = (rel, code.co_firstlineno)
@@ -135,18 +144,27 @@ def suspects_lines(cover, tests, root):
     return lines
 
 
+_SUSPECT = re.compile(r"^\d+\. (\S+)  \((\S+):(\d+)\): line \d+ ran in", re.MULTILINE)
+
+
+def parse_suspects(text):
+    """The suspects a `trace` output lists, in order: (name, file, def line)."""
+    return [(name, path, int(line)) for name, path, line in _SUSPECT.findall(text)]
+
+
 class _CountingPlugin:
     """Per test: the lines it ran (from setup to teardown) and whether it failed."""
 
     def __init__(self, root):
-        self.root = root
+        self.files = RepoFiles(root)
+        """Shared by every test's cover."""
         self.cover = None
         self.failed = False
         self.counts = {}
         self.outcomes = {"passed": 0, "failed": 0}
 
     def pytest_runtest_logstart(self, nodeid, location):
-        self.cover, self.failed = LineCover(self.root), False
+        self.cover, self.failed = LineCover(self.files), False
         sys.settrace(self.cover.trace)
 
     def pytest_runtest_logreport(self, report):
@@ -165,7 +183,7 @@ def _line_counts(out, args):
     import pytest
 
     sys.path.insert(0, os.getcwd())  # as `python3 -m pytest` has it
-    plugin = _CountingPlugin(os.path.realpath(os.getcwd()))
+    plugin = _CountingPlugin(os.getcwd())
     pytest.main(["-q", "-p", "no:cacheprovider"] + args, plugins=[plugin])
     with open(out, "w") as f:
         json.dump({"counts": plugin.counts, **plugin.outcomes}, f)

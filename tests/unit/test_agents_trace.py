@@ -184,9 +184,9 @@ async def test_suspects_say_why_there_are_none(tmp_path, python_with_pytest_firs
 
 
 def test_equal_scores_put_the_function_called_last_first():
-    from swefleet.agents.scaffolds.suspects import LineCover, rank
+    from swefleet.agents.scaffolds.suspects import LineCover, RepoFiles, rank
 
-    cover = LineCover("/repo")
+    cover = LineCover(RepoFiles("/repo"))
     cover.lines = {("a.py", 1): {2}, ("a.py", 5): {6}, ("b.py", 1): {3}}
     counts = {"a.py:2": [0, 0], "a.py:6": [0, 0], "b.py:3": [4, 0]}
     ranked = [key for _, key, _, _ in rank(cover, counts, failing_tests=0)]
