@@ -106,8 +106,8 @@ def test_rl_resumes_the_same_run_only(tmp_path):
     more = _rl(out, "orchestrator.steps=60", "orchestrator.max_concurrent_episodes=8")
     _run_until(more, log, lambda: "holds a run: resuming it" in log.read_text())
 
-    _run_until(_rl(out, "trainer.lr=0.5") + ["--restart"], log,
-               lambda: "moved to" in log.read_text())
+    _run_until(_rl(out, "trainer.lr=0.5") + ["--restart"], log,  # the new run binds the folder
+               lambda: "moved to" in log.read_text() and (out / "fingerprint.json").exists())
     [aside] = tmp_path.glob("rl.replaced-*")
     assert (aside / "fingerprint.json").read_bytes() == before["fingerprint.json"]
     assert (aside / "model/model.safetensors").read_bytes() == before["model/model.safetensors"]
