@@ -26,6 +26,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from swefleet.envs import safe_ast
 from swefleet.envs.synth.repro import (
@@ -38,6 +39,9 @@ from swefleet.envs.synth.repro import (
 
 from swefleet.types import Task
 
+if TYPE_CHECKING:
+    from swefleet.agents.expert_guess import FirstGuess
+
 MAX_VIEW_LINES = 80
 """A function longer than this is shown as a window of this many lines around the change."""
 MAX_CONTEXT_LINES = 12
@@ -47,7 +51,7 @@ SKIP_REASONS = ("no_patch", "not_python", "new_or_deleted_file", "not_utf8", "sy
                 "patch_mismatch", "no_symbol", "ambiguous_edit")
 """Why a task gets no plan (`ExpertSkip.reason`), before any episode runs."""
 
-_KIND_WHY = {
+KIND_WHY = {
     "flipped_comparison": "the comparison is the wrong way round",
     "off_by_one": "it is off by one",
     "wrong_operator": "it uses the wrong operator",
@@ -127,6 +131,9 @@ class ExpertPlan:
     test_listing: str = ""
     """The `ls` that shows the test files `test_command` runs (the agent is never told them);
     '' when it runs them all."""
+    first_guess: FirstGuess | None = None
+    """A wrong edit of the buggy line to try (and see fail) before the fix
+    (`agents.expert_guess`); None: the fix straight away."""
 
 
 def parse_hunks(patch: str) -> list[Hunk]:
@@ -296,7 +303,7 @@ def _why(old: list[str], new: list[str], start: int, lines: list[str], task: Tas
         return f"On line {at + 1}, {where} does nothing (its body is just `pass`); {should}."
     if len(removed) == 1 and len(added) == 1 and removed[0].strip():
         was, should = changed_tokens(removed[0], added[0])
-        why = _KIND_WHY.get(kind, "that is the bug")
+        why = KIND_WHY.get(kind, "that is the bug")
         return f"Line {start + old.index(removed[0]) + 1} has `{was}` where it needs `{should}`: {why}."
     shown = next((x.strip() for x in added if x.strip()), "")
     if not removed and shown:

@@ -4,7 +4,9 @@
 (a sentence of reasoning and one action) and receives the observation the sandbox gave. It
 runs the tests of the bug's area, replays the issue's example when there is one, finds the
 function with `grep`, views it, fixes it with one `str_replace` per gold hunk, runs the
-example and the tests again and submits. Its sentences come from the plan (`agents.expert`)
+example and the tests again and submits. When the plan has a first guess
+(`agents.expert_guess`), it tries that edit first, reruns the example, sees it still fail and
+then makes the fix. Its sentences come from the plan (`agents.expert`)
 and from what the observations show (the test summary, the example's output), never from the
 hidden tests. An observation that is not what the plan expects (the function not found, an
 edit refused, tests failing after the fix) ends the conversation with `ExpertAbort`.
@@ -20,11 +22,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from swefleet.agents.expert import ExpertPlan, ReasonedError, issue_title, python_heredoc
+from swefleet.agents.expert import Edit, ExpertPlan, ReasonedError, issue_title, python_heredoc
 from swefleet.agents.protocol import ChatTokenizer
 from swefleet.agents.scaffolds.bash import SUBMIT_SENTINEL
 from swefleet.agents.scaffolds.suspects import parse_suspects
@@ -35,7 +37,8 @@ from swefleet.inference.protocol import Completion
 from swefleet.types import Task
 
 ABORT_REASONS = ("grep_missed", "view_failed", "edit_failed", "example_failed_after_fix",
-                 "tests_fail_after_fix", "script_exhausted")
+                 "tests_fail_after_fix", "script_exhausted", "tests_not_listed",
+                 "first_guess_passed")
 """Why the expert stopped mid-episode (`ExpertAbort.reason`)."""
 
 SUSPECTS_READ = 3
@@ -118,6 +121,8 @@ def expert_steps(plan: ExpertPlan, task: Task, trace: bool = False) -> Dialogue:
                              "view", {"path": edit.path, "view_range": list(extra)})
             _check_view(obs, edit.path)
             viewed.add(edit.path)
+        if plan.first_guess is not None:
+            edit = yield from _first_guess(plan)
         obs = yield Step(f"{edit.why} Let me fix it.", "str_replace",
                          {"path": edit.path, "old_str": edit.old, "new_str": edit.new})
         if not _edited(obs):
@@ -135,6 +140,29 @@ def expert_steps(plan: ExpertPlan, task: Task, trace: bool = False) -> Dialogue:
     if _exit_code(obs) != 0:
         raise ExpertAbort("tests_fail_after_fix", obs.strip()[-300:])
     yield Step(f"{_tests_said(obs, fixed=True)} The fix is done, so I submit.", "submit")
+
+
+def _first_guess(plan: ExpertPlan) -> Generator[Step, str, Edit]:
+    """Try the plan's first guess and rerun the example; it must still fail. Returns the edit
+    from the guess to the fix, its reason prefixed by what the rerun showed."""
+    guess, correction = plan.first_guess.guess, plan.first_guess.correction
+    obs = yield Step(guess.why, "str_replace",
+                     {"path": guess.path, "old_str": guess.old, "new_str": guess.new})
+    if not _edited(obs):
+        raise ExpertAbort("edit_failed", obs.strip()[-300:])
+    obs = yield Step("Let me run the example from the issue again.", "bash",
+                     {"command": plan.reproduction_rerun})
+    if _exit_code(obs) == 0:
+        raise ExpertAbort("first_guess_passed", obs.strip()[-300:])
+    return replace(correction, why=f"{_still_said(obs)} {correction.why}")
+
+
+def _still_said(obs: str) -> str:
+    """What a failing rerun of the example showed, in one sentence."""
+    lines = [line for line in obs.splitlines() if line.strip()]
+    error = next((line.strip() for line in reversed(lines)
+                  if re.match(r"^\w*(Error|Exception)", line.strip())), "")
+    return f"The example still fails: `{error[:120]}`." if error else "The example still fails."
 
 
 def _find_sentence(plan: ExpertPlan) -> str:

@@ -4,7 +4,8 @@ sandbox, graded by the real grader, kept only when resolved.
 One `expert_demonstration` per task: a fresh sandbox from the farm; the buggy files the gold
 patch changes are read from it (and the tracked files listed when the task names no test
 files) to plan (`agents.expert.plan_demonstration`); the expert's replies are played by
-`agents.loop.run_episode` with an `ExpertModel` (token-exact, observations included); the
+`agents.loop.run_episode` with an `ExpertModel` (a share of the plans with a first guess:
+`agents.expert_guess`) (token-exact, observations included); the
 submitted patch is graded in a fresh container exactly as RL and eval grade. Every task ends
 with one `Demonstration` whose `reason` says why it was kept (`resolved`) or dropped: a plan
 skip (`agents.expert.SKIP_REASONS`), an abort mid-episode (`expert_dialogue.ABORT_REASONS`),
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.expert import ExpertSkip, parse_hunks, plan_demonstration
 from swefleet.agents.expert_dialogue import ExpertModel, expert_steps
+from swefleet.agents.expert_guess import takes_first_guess, with_first_guess
 from swefleet.agents.loop import attached_task, run_episode
 from swefleet.envs.protocol import Farm, Grader, Sandbox
 
@@ -82,14 +84,19 @@ async def read_plan_inputs(task: Task, sandbox: Sandbox, timeout_s: float
 
 
 async def expert_demonstration(task: Task, farm: Farm, grader: Grader, tokenizer,
-                               agent: AgentConfig) -> Demonstration:
-    """One expert episode of `task` in a fresh sandbox of `farm`, graded by `grader`."""
+                               agent: AgentConfig, first_guess_fraction: float = 0.0
+                               ) -> Demonstration:
+    """One expert episode of `task` in a fresh sandbox of `farm`, graded by `grader`; when the
+    task's stable draw falls within `first_guess_fraction`, the expert tries a wrong edit of the
+    buggy line first (`agents.expert_guess`)."""
     start = time.monotonic()
     agent = recording_config(agent)
     async with farm.acquire(task) as sandbox:
         files, tracked = await read_plan_inputs(task, sandbox, agent.command_timeout_s)
         try:
             plan = plan_demonstration(attached_task(task, agent)[0], files, tracked)  # as shown
+            if takes_first_guess(task.instance_id, first_guess_fraction):
+                plan = with_first_guess(plan, files, _bug_kind(task), task.instance_id)
         except ExpertSkip as skip:
             return Demonstration(task.instance_id, skip.reason, str(skip),
                                  seconds=time.monotonic() - start)
@@ -116,6 +123,10 @@ async def expert_demonstration(task: Task, farm: Farm, grader: Grader, tokenizer
     return Demonstration(task.instance_id, "resolved", "", traj, time.monotonic() - start)
 
 
+def _bug_kind(task: Task) -> str:
+    return str((task.model_extra or {}).get("bug_kind", ""))
+
+
 def _dropped(task: Task, reason: str, detail: str, traj: Trajectory, start: float
              ) -> Demonstration:
     return Demonstration(task.instance_id, reason, detail, traj, time.monotonic() - start)
@@ -124,8 +135,10 @@ def _dropped(task: Task, reason: str, detail: str, traj: Trajectory, start: floa
 async def expert_demonstrations(
     tasks: list[Task], farm: Farm, grader: Grader, tokenizer, agent: AgentConfig,
     concurrency: int = 2, on_done: Callable[[Demonstration], None] | None = None,
+    first_guess_fraction: float = 0.0,
 ) -> list[Demonstration]:
-    """Expert demonstrations of every task, `concurrency` at a time, in task order. An
+    """Expert demonstrations of every task, `concurrency` at a time, in task order (a share of
+    them with a first guess: `expert_demonstration`). An
     exception in one task (a sandbox that could not start) ends only that task, recorded as
     `infra_error` with its type and message."""
     limit = asyncio.Semaphore(concurrency)
@@ -134,7 +147,8 @@ async def expert_demonstrations(
         async with limit:
             t0 = time.monotonic()
             try:
-                demo = await expert_demonstration(task, farm, grader, tokenizer, agent)
+                demo = await expert_demonstration(task, farm, grader, tokenizer, agent,
+                                                  first_guess_fraction)
             except Exception as exc:  # noqa: BLE001 - one task's fault boundary, recorded
                 demo = Demonstration(task.instance_id, "infra_error",
                                      f"{type(exc).__name__}: {exc}",

@@ -8,7 +8,8 @@ beside it (kept / dropped by reason, mean turns and tokens, wall time) and, when
 dropped after an episode ran, `expert_dropped_episodes.jsonl` (never trained on).
 
     python -m swefleet.app.sft_expert --tasks envs/data/pypi/tasks.jsonl --split train \\
-        --output-dir out/expert [--scaffold tools] [--tokenizer DIR] [--concurrency 2]
+        --output-dir out/expert [--scaffold tools] [--tokenizer DIR] [--concurrency 2] \\
+        [--first-guess-fraction 0.5]
 
 records the demonstrations of a task file without training (the tokenizer: `--tokenizer`, else
 the cached Qwen2.5-Coder-1.5B-Instruct folder when present, else the project's tiny one).
@@ -103,7 +104,8 @@ async def _record(cfg: RunConfig, tasks: list, tokenizer) -> tuple[list, float]:
         await farm.start()
         demos = await expert_demonstrations(tasks, farm, grader, tokenizer, cfg.agent,
                                             cfg.sft.oracle_concurrency,
-                                            on_done=lambda d: bar.advance())
+                                            on_done=lambda d: bar.advance(),
+                                            first_guess_fraction=cfg.sft.first_guess_fraction)
         return demos, time.monotonic() - start
     finally:
         bar.close()
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", default="", help="a folder with tokenizer.json")
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--instance-ids", nargs="*", default=None)
+    p.add_argument("--first-guess-fraction", type=float, default=None,
+                   help="share of demonstrations that try a wrong edit first ([sft])")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                                                    "%(message)s", datefmt="%H:%M:%S")
@@ -146,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg.tasks.path, cfg.tasks.split = args.tasks, args.split
     cfg.agent.scaffold = args.scaffold or (cfg.agent.scaffold if args.config else "tools")
     cfg.sft.oracle_concurrency = args.concurrency
+    if args.first_guess_fraction is not None:
+        cfg.sft.first_guess_fraction = args.first_guess_fraction
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer, about = _tokenizer(args.tokenizer, out / "tokenizer")

@@ -43,6 +43,12 @@ class SFTConfig(BaseModel):
     """Seed of the sample order."""
     oracle_concurrency: int = Field(2, ge=1)
     """Oracle or expert episodes (sandboxes) at a time."""
+    first_guess_fraction: float = Field(0.0, ge=0, le=1)
+    """Share of the expert's demonstrations (a stable draw per task) that try a wrong edit of
+    the buggy line first, rerun the issue's example, see it still fail and then make the fix:
+    a demonstration of checking an edit instead of submitting it. Only tasks whose fix changes
+    one line and whose issue has a reproduction take one (`agents/expert_guess.py`); 0: every
+    demonstration fixes the bug at its first edit."""
 
 
 class FinalEvalConfig(BaseModel):
