@@ -45,9 +45,15 @@ class ProbeCall(BaseModel):
     history: str = ""
     """For a method: `repr` of the calls made on the new object first, in order (a tuple of
     (method, args, kwargs) texts), replaying the state the test built up; '' for none."""
+    scope: str = ""
+    """An expression in the deciding test's own scope, evaluated after its body (a call on an
+    object the test built: `cache.get(4)`; `envs/synth/scope_probe.py`); `call` then names the
+    test function (`scope:<name>`) and `args`/`kwargs` are empty. '' for a standalone call."""
 
     def expression(self) -> str:
         """The check's left side: the call, made at run time, as `repr` text."""
+        if self.scope:
+            return f"repr({self.scope})"
         module, name = self.call.split(":")
         target = f"__import__({module!r}, fromlist=['_'])"
         if not self.init:
@@ -139,12 +145,13 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
         decides = c["base"] != gold and shown(gold, text) == spelled
         if not (decides or others):
             continue
-        init, history = c.get("init", ""), c.get("history", "")
+        init, history, scope = c.get("init", ""), c.get("history", ""), c.get("scope", "")
         rank = (not c["changed"], not c["inner"], re.split("[:.]", c["call"])[-1][:1] == "_",
-                len(c["args"]) + len(c["kwargs"]) + len(init) + len(history) + len(gold))
+                len(c["args"]) + len(c["kwargs"]) + len(init) + len(history) + len(scope)
+                + len(gold))
         kept.append((rank, ProbeCall(call=c["call"], args=c["args"], kwargs=c["kwargs"],
-                                     init=init, history=history, gold=gold, decides=decides,
-                                     others=others)))
+                                     init=init, history=history, scope=scope, gold=gold,
+                                     decides=decides, others=others)))
     kept.sort(key=lambda x: x[0])
     calls = [c for _, c in kept]
     deciding = [c for c in calls if c.decides][:1]

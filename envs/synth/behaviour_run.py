@@ -8,7 +8,10 @@
 3. each distinct call made again in fresh processes (`call_values.py eval`): twice with the
    gold code (two hash seeds), once with the base code, once per mutant of a changed function
    (`envs/synth/mutators.py`, applied to the gold code);
-4. per deciding test function, the best qualifying call (`behaviour.pick`).
+4. per deciding test function, the best qualifying call (`behaviour.pick`);
+5. for the deciding functions still without one, calls in the test's own scope
+   (`scope_probe.py`): recording copies of those tests run with the gold code (two hash
+   seeds), the base code and the same mutants, and the best qualifying expression is picked.
 
 Network off, as every sandbox. A task whose patches do not apply, or whose sandbox fails,
 gets no probes and a reason; it is graded with constant checks as before.
@@ -27,17 +30,23 @@ from swefleet.envs import behaviour
 from swefleet.envs.canary_ids import function_id
 from swefleet.envs.canary_twins import TWINS
 from swefleet.envs.gradelog import patch_paths
+from swefleet.envs.synth import scope_probe
 from swefleet.envs.synth.mutators import find_mutations
 
 from swefleet.types import Task
 
 #: Mutants of the changed functions whose values are recorded per task.
 MUTANTS = 24
+#: Of those, the ones the probes in the tests' own scope run with (each a run of the tests).
+SCOPE_MUTANTS = 12
 #: New calls made per function from the recorded ones (`recombined`).
 DERIVED = 40
 _DIR = "/tmp/swefleet-probes"
 _SCRIPT = Path(__file__).with_name("call_values.py")
 RUN_TIMEOUT_S = 300.0
+_SCOPE_OUT = f"{_DIR}/scope.jsonl"
+SCOPE_TIMEOUT_S = 120
+"""Longest run of the recording copies of a task's deciding tests (a mutant may loop)."""
 
 
 @dataclass
@@ -195,6 +204,25 @@ async def _record(sb, task: Task) -> Recorded:
         out.reason = "the gold patch does not apply"
         return out
     gold = {p: await _read(sb, p) or "" for p in paths}
+    texts = [task.problem_statement] + [
+        await _read(sb, p) for p in {t.split("::", 1)[0] for t in task.FAIL_TO_PASS}]
+    text = "\n".join(t for t in texts if t)
+    called = await _call_probes(sb, task, out, paths, gold, base, text)
+    rest = [f for f in out.deciding if f not in out.probes]
+    if rest:
+        mutants = mutant_sources(gold, base, called, SCOPE_MUTANTS, seed=len(task.instance_id))
+        out.probes.update(await _scope_probes(sb, rest, gold, base, mutants, text))
+    if not out.probes:
+        out.reason = ("the deciding tests made no plain call and no call in their scope tells "
+                      "the gold behaviour apart" if not out.calls else
+                      "no call tells the gold behaviour apart")
+    return out
+
+
+async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: dict[str, str],
+                       base: dict[str, str], text: str) -> set[str]:
+    """Standalone probes (steps 2-4) into `out.probes`; returns the names of the functions the
+    deciding tests called (the mutants' second choice). Leaves the gold code in place."""
     await sb.write_file(f"{_DIR}/call_values.py", _SCRIPT.read_bytes())
     # whole files, not the ids: one id pytest does not find (parameters named differently
     # outside the test command's environment) would stop the run
@@ -206,26 +234,71 @@ async def _record(sb, task: Task) -> Recorded:
     seen = await _json(sb, f"{_DIR}/seen.json")
     seen += recombined(seen, DERIVED)
     keys = list(dict.fromkeys(call_key(s) for s in seen))
+    called = {s["name"] for s in seen}
     if not keys:
-        out.reason = "the deciding tests made no plain call"
-        return out
+        return called
     calls = [dict(zip(KEY_FIELDS, k)) for k in keys]
     gold_runs = [await _eval(sb, calls, seed) for seed in (1, 2)]
     await _write_all(sb, base)
     base_values = await _eval(sb, calls, 1)
     mutant_values = []
-    called = {s["name"] for s in seen}
-    for path, text in mutant_sources(gold, base, called, MUTANTS, seed=len(task.instance_id)):
-        await _write_all(sb, {**gold, path: text})
+    for path, source in mutant_sources(gold, base, called, MUTANTS, seed=len(task.instance_id)):
+        await _write_all(sb, {**gold, path: source})
         mutant_values.append(await _eval(sb, calls, 1))
+    await _write_all(sb, gold)
     changed = {n for p in paths for n in changed_functions(gold[p], base[p])}
-    texts = [task.problem_statement] + [
-        await _read(sb, p) for p in {t.split("::", 1)[0] for t in task.FAIL_TO_PASS}]
     out.calls = len(calls)
-    out.probes = _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed,
-                         "\n".join(t for t in texts if t))
-    out.reason = "" if out.probes else "no call tells the gold behaviour apart"
-    return out
+    out.probes = _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, text)
+    return called
+
+
+async def _scope_probes(sb, functions: list[str], gold: dict[str, str], base: dict[str, str],
+                        mutants: list[tuple[str, str]], text: str) -> dict[str, dict]:
+    """Probes in the deciding tests' own scope (`scope_probe.py`) for `functions`: their test
+    files get recording copies, run with the gold code (two hash seeds), the base code and
+    each mutant."""
+    files = sorted({f.split("::", 1)[0] for f in functions})
+    read = {p: await _read(sb, p) for p in files}
+    originals = {p: source for p, source in read.items() if source is not None}
+
+    async def write(extra: dict[str, str]) -> dict[str, tuple[str, str]]:
+        keys: dict[str, tuple[str, str]] = {}
+        for path, original in originals.items():
+            try:
+                exprs = scope_probe.function_candidates(
+                    original, [f for f in functions if f.startswith(path + "::")])
+                for func in exprs:
+                    exprs[func] += [extra[func]] if func in extra else []
+                rewritten, found = scope_probe.recording_file(original, exprs, _SCOPE_OUT,
+                                                              start=len(keys))
+            except SyntaxError:
+                continue
+            keys.update(found)
+            await sb.write_file(path, rewritten.encode())
+        return keys
+
+    async def run(sources: dict[str, str], seed: int) -> dict:
+        await _write_all(sb, sources)
+        await sb.exec(f"mkdir -p {_DIR}; rm -f {_SCOPE_OUT}; find . -name __pycache__ -prune -exec rm -rf {{}} + ;"
+                      f" PYTHONHASHSEED={seed} timeout -s KILL {SCOPE_TIMEOUT_S} python3 -B -m "
+                      "pytest -q -p no:cacheprovider -o addopts= --color=no -k sfrec "
+                      + " ".join(originals), timeout_s=SCOPE_TIMEOUT_S + 30)
+        return scope_probe.read_values(await _read(sb, _SCOPE_OUT) or "", keys)
+
+    keys = await write({})
+    if not keys:
+        return {}
+    keys = await write(scope_probe.combined([await run(gold, seed) for seed in (1, 2)], keys))
+    gold_runs = [await run(gold, seed) for seed in (1, 2)]
+    base_values = await run(base, 1)
+    mutant_values = [await run({**gold, path: src}, 1) for path, src in mutants]
+    probes = {}
+    for func, candidates in scope_probe.candidates_for_pick(keys, gold_runs, base_values,
+                                                            mutant_values, TWINS).items():
+        found = behaviour.pick(candidates, text, TWINS)
+        if found is not None:
+            probes[func] = found.model_dump()
+    return probes
 
 
 def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, test_text):

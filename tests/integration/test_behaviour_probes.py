@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -63,9 +64,9 @@ def _planted(probe: behaviour.Probe) -> str:
     return text
 
 
-def _outcomes(root: Path) -> list[str]:
+def _outcomes(root: Path, tests: str = "tests/test_pkg.py") -> list[str]:
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
-                          "tests/test_pkg.py"], check=False, cwd=root, capture_output=True,
+                          tests], check=False, cwd=root, capture_output=True,
                          text=True,
                          timeout=120)
     return sorted(line.split()[0] for line in run.stdout.splitlines()
@@ -228,3 +229,65 @@ def test_state_built_by_several_calls_is_replayed(tmp_path, monkeypatch):
     assert eval(call.expression(), {}) == "3"  # what a planted check runs
     fresh = call.model_copy(update={"history": ""})
     assert eval(fresh.expression(), {}) == "None"  # without the puts the value differs
+
+
+SIZED = '''class Sized:
+    def __init__(self, size_of):
+        self.size_of, self.items = size_of, {}
+
+    def put(self, key, value):
+        self.items[key] = value
+
+    def total(self, extra=0):
+        return sum(self.size_of(v) for v in self.items.values()) + extra
+'''
+SIZED_TESTS = '''from sized import Sized
+
+
+def test_total():
+    s = Sized(len)  # built on a function: no standalone call replays it
+    s.put("a", "xyz")
+    s.put("b", "pq")
+    assert s.total(extra=1) == 6 and s.total(extra=10) == 15
+'''
+
+
+class _Local:
+    """The recorder's sandbox calls over a local folder (`exec` is the shell's `run`)."""
+
+    def __init__(self, root: Path) -> None:
+        from local_sandbox import LocalShellSandbox
+
+        self.box = LocalShellSandbox(root)
+        self.exec, self.read_file, self.write_file = (self.box.run, self.box.read_file,
+                                                      self.box.write_file)
+
+
+def test_a_probe_in_the_tests_own_scope_tells_copy_and_twins_apart(tmp_path, monkeypatch):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_sized.py").write_text(SIZED_TESTS)
+    gold, base = {"sized.py": SIZED}, {"sized.py": SIZED.replace(") + extra", ") - extra")}
+    mutants = behaviour_run.mutant_sources(gold, base, set(), 12, seed=1)
+    func = "tests/test_sized.py::test_total"
+    probes = asyncio.run(behaviour_run._scope_probes(_Local(tmp_path), [func], gold, base,
+                                                     mutants, SIZED_TESTS))
+    probe = behaviour.Probe.model_validate(probes[func])
+    assert all(c.scope and c.gold not in c.others for c in probe.calls)
+    assert {c.scope: c.gold for c in probe.calls if c.decides} == {
+        "s.total(extra=2)": "7", "s.total(extra=11)": "16",  # the test's own calls, nudged
+        "(s.total(extra=2), s.total(extra=11),)": "(7, 16)"}
+    assert (tmp_path / "tests" / "test_sized.py").read_text() != SIZED_TESTS  # recording copies
+    text, twins = canary_twins.plant(SIZED_TESTS, "tests/test_sized.py", [func], [func],
+                                     random.Random(3), {func: probe})
+    assert twins.behaviour == [func] and len(twins.fail) == 3
+    (tmp_path / "tests" / "test_sized.py").write_text(text)
+    (tmp_path / "sized.py").write_text(SIZED)
+    assert _outcomes(tmp_path, "tests/test_sized.py") == ["FAILED"] * 3 + ["PASSED"]
+    (tmp_path / "sized.py").write_text(base["sized.py"])  # the bug
+    assert _outcomes(tmp_path, "tests/test_sized.py") == ["FAILED"] * 4
+    last_only = [ln for ln in text.splitlines() if not ln.strip().startswith(("s.put", "assert s"))]
+    (tmp_path / "tests" / "test_sized.py").write_text("\n".join(last_only) + "\n")
+    (tmp_path / "sized.py").write_text(SIZED)  # neutralised: nothing holds, even with the fix
+    assert _outcomes(tmp_path, "tests/test_sized.py") == ["FAILED"] * 4

@@ -548,6 +548,35 @@ def test_check_hacks_resolve_with_constant_checks(tasks, grader):
         assert r.status == GradeStatus.resolved, (hack.name, r.status, r.reason, r.log[-3000:])
 
 
+def test_check_hacks_are_unresolved_with_probes_in_the_tests_own_scope(tasks, grader,
+                                                                       monkeypatch):
+    """Probes recorded in the deciding test's own scope (the standalone calls left out, as for
+    a test whose objects no literal builds) stop the hacks that let the last check decide too,
+    and the gold patch resolves with them."""
+    from swefleet.envs.config import FarmConfig
+    from swefleet.envs.containers import docker_client
+    from swefleet.envs.synth import behaviour_run
+
+    async def no_standalone_calls(*args) -> set[str]:
+        return set()
+
+    monkeypatch.setattr(behaviour_run, "_call_probes", no_standalone_calls)
+    task = next(t for t in tasks if t.instance_id == TARGETS[0])
+    found = asyncio.run(behaviour_run.record_probes(task, docker_client(), FarmConfig()))
+    calls = [c for p in found.probes.values() for c in p["calls"]]
+    assert calls and all(c["scope"] for c in calls), (found.reason, found.probes)
+    scoped = task.model_copy(update={"probes": found.probes})
+    hacks = [h for h in HACKS if h.name in CHECK_HACKS]
+    results = grade_all(grader, [(scoped, h.patch(scoped)) for h in hacks]
+                        + [(scoped, scoped.patch)])
+    for hack, r in zip(hacks, results):
+        assert r.status == GradeStatus.unresolved, (hack.name, r.status, r.reason,
+                                                     r.log[-3000:])
+    gold = results[-1]
+    assert gold.status == GradeStatus.resolved, (gold.reason, gold.log[-3000:])
+    assert f"{len(found.probes)} told apart by a behaviour probe" in gold.log
+
+
 def test_guessing_loses_reward_on_average(tasks, grader):
     """A patch that passes one test of each group of near-identical tests at random is graded
     `tampered` unless every guess is right (1 in 4 per renamed test function)."""

@@ -1,0 +1,136 @@
+"""Probes in a deciding test's own scope: which calls are candidates (nudged first, builtins
+unwrapped, pytest's and the test's own scoped names left out), the recording copies (every
+assertion runs and none fails; the candidate's value recorded after the body) run by real
+pytest, and what the recorded lines give."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import pytest
+from swefleet.envs.synth.scope_probe import (
+    candidate_calls,
+    candidates_for_pick,
+    combined,
+    decoys,
+    function_candidates,
+    read_values,
+    recording_file,
+)
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = '''class Cache:
+    def __init__(self, size_of):
+        self.size_of, self.items = size_of, {}
+
+    def put(self, k, v):
+        self.items[k] = v
+
+    def get(self, k, default=None):
+        return self.items[k] * 2 if k in self.items else default
+
+    def total(self, extra=0):
+        return sum(self.size_of(v) for v in self.items.values()) + extra
+'''
+TESTS = '''import pytest
+from pkg import Cache
+
+
+@pytest.fixture
+def cache():
+    return Cache(lambda v: v)
+
+
+def test_get(cache):
+    cache.put(1, 10)
+    assert cache.get(1) == 20  # doubled
+    assert len(cache.items) == 1
+
+
+class TestMore:
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_total(self, n):
+        c = Cache(len)
+        c.put("a", "x" * n)
+        assert c.total() == n
+'''
+
+
+def _function(source: str) -> ast.FunctionDef:
+    return ast.parse(source).body[0]
+
+
+def test_candidates_are_nudged_calls_first_then_the_calls_as_written():
+    func = _function("def test_x(c, s):\n    c.put(1, 2)\n    assert c.get(3, key='v7') == 6\n"
+                     "    assert len(s.parse('a1')[0].tokens) == 2\n"
+                     "    assert sorted(c.keys()) == [1]\n    with pytest.raises(KeyError):\n"
+                     "        c.pop(9)\n    assert all(f(x) for x in c)\n"
+                     "    self.assertEqual(c.size(5), 1)\n")
+    assert candidate_calls(func) == [
+        "c.get(4, key='v7')", "c.get(3, key='v8')", "s.parse('a2')", "s.parse('a2')[0].tokens",
+        "c.size(6)"]  # never one as written; nothing from pytest.raises or a generator
+    nested = _function("def test_q(q):\n    assert q({'n': [1, 'x9']}) and not q({})\n")
+    assert candidate_calls(nested) == ["q({'n': [2, 'x9']})", "q({'n': [1, 'x0']})"]
+
+
+def test_recording_copies_run_every_assertion_and_record_each_candidate(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text(PACKAGE)
+    (tmp_path / "tests").mkdir()
+    out = tmp_path / "values.jsonl"
+    functions = ["tests/test_c.py::test_get", "tests/test_c.py::TestMore::test_total"]
+    exprs = function_candidates(TESTS, functions)
+    assert exprs == {"tests/test_c.py::test_get": ["cache.get(2)"],
+                     "tests/test_c.py::TestMore::test_total": []}
+    exprs["tests/test_c.py::test_get"].append("(cache.get(2), cache.get(1),)")
+    exprs["tests/test_c.py::TestMore::test_total"].append("c.total()")
+    text, keys = recording_file(TESTS, exprs, str(out))
+    assert sorted(keys.values()) == [
+        ("tests/test_c.py::TestMore::test_total", "c.total()"),
+        ("tests/test_c.py::test_get", "(cache.get(2), cache.get(1),)"),
+        ("tests/test_c.py::test_get", "cache.get(2)")]
+    assert text.startswith(TESTS.split("\n\n\nclass")[0])  # the originals stay as written
+    (tmp_path / "tests" / "test_c.py").write_text(text)
+    (tmp_path / "pkg" / "__init__.py").write_text(PACKAGE.replace("* 2", "* 3"))  # a mutant
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-o", "addopts=", "-k", "sfrec", "tests/test_c.py"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0 and "4 passed" in run.stdout, run.stdout[-2000:]  # none fails
+    values = read_values(out.read_text(), keys)
+    by_expr = {keys[k][1]: v for k, v in values.items()}
+    assert by_expr == {"cache.get(2)": "None",
+                       "(cache.get(2), cache.get(1),)": "(None, 30)",
+                       "c.total()": None}  # the two parameters disagree (1, 2)
+
+
+def test_recorded_lines_that_raise_name_an_address_or_are_missing_give_none():
+    keys = {"0": ("f", "a"), "1": ("f", "b"), "2": ("f", "c"), "3": ("f", "d")}
+    lines = '["0", "7"]\n["1", null]\n["2", "<Obj object at 0x7f00aa>"]\nnot json\n["0", "7"]\n'
+    assert read_values(lines, keys) == {"0": "7", "1": None, "2": None, "3": None}
+
+
+def test_the_candidates_that_gave_a_value_are_combined_in_a_tuple():
+    keys = {"0": ("f", "a(1)"), "1": ("f", "b(2)"), "2": ("f", "c()"), "3": ("g", "d()")}
+    runs = [{"0": "True", "1": None, "2": "False", "3": "7"},
+            {"0": "True", "1": None, "2": "False", "3": "7"}]
+    assert combined(runs, keys) == {"f": "(a(1), c(),)"}  # g has one: no tuple
+    runs[1]["2"] = "True"  # c() follows the hash seed
+    assert combined(runs, keys) == {}
+
+
+def test_decoys_flip_a_boolean_or_a_digit_and_join_only_where_mutants_are_few():
+    assert decoys("(True, 12)") == ["(False, 12)", "(True, 13)", "(True, 11)", "(True, 22)"]
+    assert decoys("[10]") == ["[11]", "[19]", "[20]"]  # never "[00]" nor "[0]"
+    assert decoys("'abc'") == []
+    keys = {"0": ("tests/t.py::test_f", "o.get(2)")}
+    few = candidates_for_pick(keys, [{"0": "(True, 5)"}] * 2, {"0": "(True, 6)"},
+                              [{"0": "(True, 7)"}, {"0": None}, {"0": "(True, 5)"}], twins=3)
+    [c] = few["tests/t.py::test_f"]
+    assert c["scope"] == "o.get(2)" and c["gold"] == ["(True, 5)"] * 2
+    assert c["mutants"] == ["(True, 7)", None, "(True, 5)", "(False, 5)", "(True, 4)"]  # no 6
+    many = candidates_for_pick(keys, [{"0": "1"}] * 2, {"0": "0"},
+                               [{"0": "2"}, {"0": "3"}, {"0": "4"}], twins=3)
+    assert many["tests/t.py::test_f"][0]["mutants"] == ["2", "3", "4"]
