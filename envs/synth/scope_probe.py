@@ -42,8 +42,8 @@ def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     """Source texts of the expressions to evaluate at the end of `func`: the outermost calls
     inside its assertions (`assert X == Y`, `self.assertEqual(X, Y)`) that are not builtins or
     pytest's, and the sides of its comparisons that reach a call (`parse(sql)[0].value`), each
-    with one literal in a call's arguments nudged (an int plus one, a string's first digit
-    plus one; inside list, tuple and dict displays too); at most `MAX_PER_FUNCTION`, no
+    with one literal in a call's arguments nudged (an int one up or down, a string's first
+    digit plus one; inside list, tuple and dict displays too); at most `MAX_PER_FUNCTION`, no
     repeats. Never an expression as the test writes it: the test's own assertion would say
     what it returns, and so which check contradicts it."""
     found: list[ast.expr] = []
@@ -141,11 +141,12 @@ def _has_scoped_names(expr: ast.AST) -> bool:
 
 
 def _nudged(node: ast.AST) -> list:
+    """Values near a literal: an int one up and one down, a string's first digit plus one."""
     if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
         return []
     value = node.value
     if type(value) is int:
-        return [value + 1]
+        return [value + 1, value - 1]
     if type(value) is str:
         at = next((i for i, ch in enumerate(value) if ch.isdigit()), None)
         if at is not None:

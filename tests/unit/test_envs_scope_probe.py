@@ -70,10 +70,12 @@ def test_candidates_are_nudged_calls_first_then_the_calls_as_written():
                      "        c.pop(9)\n    assert all(f(x) for x in c)\n"
                      "    self.assertEqual(c.size(5), 1)\n")
     assert candidate_calls(func) == [
-        "c.get(4, key='v7')", "c.get(3, key='v8')", "s.parse('a2')", "s.parse('a2')[0].tokens",
-        "c.size(6)"]  # never one as written; nothing from pytest.raises or a generator
+        "c.get(4, key='v7')", "c.get(2, key='v7')", "c.get(3, key='v8')", "s.parse('a2')",
+        "s.parse('a2')[0].tokens", "c.size(6)", "c.size(4)"]  # never one as written; nothing
+    # from pytest.raises or a generator
     nested = _function("def test_q(q):\n    assert q({'n': [1, 'x9']}) and not q({})\n")
-    assert candidate_calls(nested) == ["q({'n': [2, 'x9']})", "q({'n': [1, 'x0']})"]
+    assert candidate_calls(nested) == ["q({'n': [2, 'x9']})", "q({'n': [0, 'x9']})",
+                                       "q({'n': [1, 'x0']})"]
 
 
 def test_recording_copies_run_every_assertion_and_record_each_candidate(tmp_path):
@@ -83,8 +85,9 @@ def test_recording_copies_run_every_assertion_and_record_each_candidate(tmp_path
     out = tmp_path / "values.jsonl"
     functions = ["tests/test_c.py::test_get", "tests/test_c.py::TestMore::test_total"]
     exprs = function_candidates(TESTS, functions)
-    assert exprs == {"tests/test_c.py::test_get": ["cache.get(2)"],
+    assert exprs == {"tests/test_c.py::test_get": ["cache.get(2)", "cache.get(0)"],
                      "tests/test_c.py::TestMore::test_total": []}
+    exprs["tests/test_c.py::test_get"].pop()
     exprs["tests/test_c.py::test_get"].append("(cache.get(2), cache.get(1),)")
     exprs["tests/test_c.py::TestMore::test_total"].append("c.total()")
     text, keys = recording_file(TESTS, exprs, str(out))
