@@ -47,11 +47,11 @@ MAX_HISTORY = 24
 
 
 def plain(value, depth: int = 0) -> bool:
-    """Whether `value` is a literal whose `repr` reads back equal (no NaN, no set: its order
-    follows the hash seed)."""
+    """Whether `value` is a literal whose `repr` reads back equal (no NaN or infinity: `nan`
+    and `inf` are names; no set: its order follows the hash seed)."""
     kind = type(value)
     if kind in _PLAIN:
-        return not (kind is float and math.isnan(value))
+        return not (kind is float and not math.isfinite(value))
     if kind in (tuple, list) and depth < 4:
         return all(plain(x, depth + 1) for x in value)
     if kind is dict and depth < 4:

@@ -115,3 +115,12 @@ def test_recombined_calls_swap_one_argument_for_a_value_seen_elsewhere():
     assert [m["kwargs"] for m in recombined(digits, cap=10)] == [repr({"text": "3d"})]
     assert all(m["result"] is None for m in made)
     assert len(recombined(seen, cap=0)) == 0
+    unreadable = [{**seen[0], "kwargs": "{'limit': inf}"}, *seen]  # read as a name: left out
+    assert {m["kwargs"] for m in recombined(unreadable, cap=10)} == {m["kwargs"] for m in made}
+
+
+def test_infinities_are_not_plain_values():
+    from swefleet.envs.synth.call_values import plain
+
+    assert plain((1, 2.5, "x")) and not plain(float("inf")) and not plain([float("-inf")])
+    assert not plain(float("nan"))
