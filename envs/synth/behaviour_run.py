@@ -11,7 +11,8 @@
 4. per deciding test function, the best qualifying call (`behaviour.pick`);
 5. for the deciding functions still without one, calls in the test's own scope
    (`scope_probe.py`): recording copies of those tests run with the gold code (two hash
-   seeds), the base code and the same mutants, and the best qualifying expression is picked.
+   seeds), the base code and the first `SCOPE_MUTANTS` of the same mutants, and the best
+   qualifying expression is picked.
 
 Network off, as every sandbox. A task whose patches do not apply, or whose sandbox fails,
 gets no probes and a reason; it is graded with constant checks as before.
