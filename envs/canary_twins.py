@@ -104,7 +104,7 @@ def plant(text: str, path: str, fail_to_pass: list[str], deciding: list[str],
         n.name for n in ast.walk(tree) if isinstance(n, _DEFS)}
     words, inserts, dropped = canary.words_of(tree), {}, set()
     for func, suffixes in wanted.items():
-        found = _find(tree, func.split("::")[1:])
+        found = find_function(tree, func.split("::")[1:])
         why = "not a function of the file or of its classes" if found is None else _why_not(
             text, lines, tree, found, func, deciding)
         if why:
@@ -152,7 +152,7 @@ def _parse(text: str) -> ast.Module | None:
         return None
 
 
-def _find(tree: ast.Module, chain: list[str]):
+def find_function(tree: ast.Module, chain: list[str]):
     """(the function node, its scope) for `Class::...::name` in `tree`, or None."""
     body, top, owners = tree.body, True, []
     for i, name in enumerate(chain):
@@ -275,7 +275,7 @@ def _inherited(tree: ast.Module, func: str, deciding: list[str]) -> bool:
         if other.split("::", 1)[0] != path:
             if len(chain) > 1 or func.count("::") > 1:
                 return True
-        elif _find(tree, chain) is None:
+        elif find_function(tree, chain) is None:
             return True
     return False
 

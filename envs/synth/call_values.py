@@ -39,7 +39,7 @@ _CO_VARARGS, _CO_VARKEYWORDS, _CO_GENERATOR, _CO_COROUTINE = 0x04, 0x08, 0x20, 0
 _ASYNC_GEN = 0x200
 #: Longest `repr` of an argument list or a result kept (a rendered table is long).
 MAX_REPR = 2000
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x| object at ")
+ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x| object at ")
 #: Distinct calls kept per test.
 MAX_PER_TEST = 400
 #: Longest history of calls on one object that is replayed.
@@ -67,7 +67,7 @@ def result_text(value) -> str | None:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a broken __repr__ is no value
         return None
-    if not text or len(text) > MAX_REPR or not plain(value) and (_ADDRESS.search(text) or text[:1] == "<"):
+    if not text or len(text) > MAX_REPR or not plain(value) and (ADDRESS.search(text) or text[:1] == "<"):
         return None
     return text
 

@@ -26,13 +26,13 @@ import json
 import re
 
 from swefleet.envs import safe_ast
+from swefleet.envs.canary_twins import find_function
+from swefleet.envs.synth.call_values import ADDRESS, MAX_REPR
 
 REC_PREFIX = "test_sfrec_"
 """Name prefix of the recording copies (selected with `-k sfrec`)."""
 MAX_PER_FUNCTION = 10
 """Candidate expressions recorded per deciding test function."""
-MAX_REPR = 2000
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x| object at ")
 _LEADING_ZERO = re.compile(r"(?<![\w.])0\d")
 _WRAPPERS = {"len", "list", "tuple", "sorted", "set", "frozenset", "dict", "str", "repr",
              "bool", "int", "float", "type", "isinstance", "next", "iter", "print", "any", "all"}
@@ -187,8 +187,8 @@ def _record_lines(key: str, expr: str, out_path: str) -> list[str]:
 def function_candidates(text: str, functions: list[str]) -> dict[str, list[str]]:
     """`candidate_calls` of each of `functions` (ids `path::[Class::]name`) found in `text`."""
     tree = safe_ast.parse(text)
-    found = {func: _find(tree, func.split("::")[1:]) for func in functions}
-    return {func: candidate_calls(node) for func, node in found.items() if node is not None}
+    found = {func: find_function(tree, func.split("::")[1:]) for func in functions}
+    return {func: candidate_calls(hit[0]) for func, hit in found.items() if hit is not None}
 
 
 def combined(runs: list[dict[str, str | None]], keys: dict[str, tuple[str, str]]
@@ -215,9 +215,10 @@ def recording_file(text: str, exprs: dict[str, list[str]], out_path: str, start:
     inserts: list[tuple[int, list[str]]] = []
     keys: dict[str, tuple[str, str]] = {}
     for func, texts in exprs.items():
-        node = _find(tree, func.split("::")[1:])
-        if node is None:
+        hit = find_function(tree, func.split("::")[1:])
+        if hit is None:
             continue
+        node = hit[0]
         for expr in texts:
             key = f"{start + len(keys)}"
             keys[key] = (func, expr)
@@ -238,18 +239,6 @@ def _copy_lines(node, name: str, key: str, expr: str, out_path: str) -> list[str
     return [""] + [indent + line for line in ast.unparse(soft).split("\n")] + [""]
 
 
-def _find(tree: ast.Module, names: list[str]):
-    body = tree.body
-    for i, name in enumerate(names):
-        last = i == len(names) - 1
-        kinds = (ast.FunctionDef, ast.AsyncFunctionDef) if last else (ast.ClassDef,)
-        node = next((n for n in body if isinstance(n, kinds) and n.name == name), None)
-        if node is None:
-            return None
-        body = node.body
-    return node
-
-
 def read_values(text: str, keys: dict[str, tuple[str, str]]) -> dict[str, str | None]:
     """Each key's recorded value from the JSON lines a recording run wrote: the `repr`, or None
     when it raised, was not reached, names a memory address, is too long, or differed between
@@ -265,7 +254,7 @@ def read_values(text: str, keys: dict[str, tuple[str, str]]) -> dict[str, str | 
     for key in keys:
         values = seen.get(key, {None})
         value = next(iter(values)) if len(values) == 1 else None
-        if isinstance(value, str) and (len(value) > MAX_REPR or _ADDRESS.search(value)):
+        if isinstance(value, str) and (len(value) > MAX_REPR or ADDRESS.search(value)):
             value = None
         out[key] = value
     return out

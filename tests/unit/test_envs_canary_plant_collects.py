@@ -89,7 +89,7 @@ def graded(output: str, rc: int, verdict: dict):
 def test_a_copy_never_goes_above_a_name_its_decorators_use():
     helper = SOURCE.split("\n").index("def does_not_raise(item):") + 1  # 1-based
     tree = ast.parse(SOURCE)
-    _, scope = canary_twins._find(tree, ["test_bump"])
+    _, scope = canary_twins.find_function(tree, ["test_bump"])
     assert all(s == -1 or s >= helper for s in scope.spots)  # not before the helper
     for seed in range(200):
         text, _ = plant(seed)
