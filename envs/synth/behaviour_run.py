@@ -352,12 +352,14 @@ async def record_probes(task: Task, client, config) -> Recorded:
         return Recorded(task.instance_id, reason=f"infra: {type(e).__name__}: {e}"[:300])
 
 
-async def record_all(tasks: list[Task], config, concurrency: int = 2) -> list[Recorded]:
-    """`record_probes` for every task, `concurrency` sandboxes at a time, in task order."""
+async def record_all(tasks: list[Task], config, concurrency: int = 2,
+                     on_done=None) -> list[Recorded]:
+    """`record_probes` for every task, `concurrency` sandboxes at a time, in task order;
+    `on_done(recorded)` as each task ends (`per_task`)."""
     from swefleet.envs.synth.per_task import per_task
 
     return await per_task(tasks, lambda task, client: record_probes(task, client, config),
-                          concurrency)
+                          concurrency, on_done)
 
 
 def with_probes(task: Task, found: Recorded) -> Task:

@@ -12,8 +12,10 @@ T = TypeVar("T")
 
 
 async def per_task(tasks: list[Task], job: Callable[[Task, object], Awaitable[T]],
-                   concurrency: int = 2) -> list[T]:
-    """`job(task, client)` for every task, `concurrency` at a time, results in task order."""
+                   concurrency: int = 2, on_done: Callable[[T], None] | None = None) -> list[T]:
+    """`job(task, client)` for every task, `concurrency` at a time, results in task order.
+    `on_done(result)` runs as each job ends (in the order they end), so a caller can save each
+    task's result at once and a run stopped half-way keeps what it finished."""
     from swefleet.envs.containers import docker_client
 
     client = docker_client()
@@ -21,6 +23,9 @@ async def per_task(tasks: list[Task], job: Callable[[Task, object], Awaitable[T]
 
     async def one(task: Task) -> T:
         async with gate:
-            return await job(task, client)
+            result = await job(task, client)
+        if on_done is not None:
+            on_done(result)
+        return result
 
     return await asyncio.gather(*(one(t) for t in tasks))

@@ -89,12 +89,14 @@ async def find_reproduction(task: Task, client, config) -> Found:
         return Found(task.instance_id, "", f"infra: {type(e).__name__}: {e}"[:300])
 
 
-async def find_reproductions(tasks: list[Task], config, concurrency: int = 2) -> list[Found]:
-    """`find_reproduction` for every task, `concurrency` sandboxes at a time, in task order."""
+async def find_reproductions(tasks: list[Task], config, concurrency: int = 2,
+                             on_done=None) -> list[Found]:
+    """`find_reproduction` for every task, `concurrency` sandboxes at a time, in task order;
+    `on_done(found)` as each task ends (`per_task`)."""
     from swefleet.envs.synth.per_task import per_task
 
     return await per_task(tasks, lambda task, client: find_reproduction(task, client, config),
-                          concurrency)
+                          concurrency, on_done)
 
 
 def with_found(task: Task, found: Found) -> Task:
@@ -109,10 +111,11 @@ def with_found(task: Task, found: Found) -> Task:
 
 def update_records(records: list[dict], found: list[Found]) -> int:
     """Write each `found` into the record of its task (statement and `reproduction`), in
-    place; returns how many records changed."""
+    place; an infrastructure failure leaves the record as it was. Returns how many records
+    changed."""
     from swefleet.envs.synth.repro import statement_with
 
-    by_id = {f.instance_id: f for f in found}
+    by_id = {f.instance_id: f for f in found if not f.reason.startswith("infra")}
     changed = 0
     for record in records:
         f = by_id.get(record["instance_id"])

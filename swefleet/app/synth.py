@@ -116,20 +116,32 @@ def _update_task_file(path: Path, update) -> int:
     return out
 
 
+def _saving_each(path: Path, update_records, line) -> tuple[list[int], object]:
+    """An `on_done` that writes that one task's result into the task file at once
+    (`update_records(records, [found])`), then prints `line(found)`, so a run stopped half-way
+    keeps every task it printed; and the list its changed-record counts go to."""
+    changed: list[int] = []
+
+    def save(found) -> None:
+        changed.append(_update_task_file(path, lambda records: update_records(records, [found])))
+        print(line(found), flush=True)
+
+    return changed, save
+
+
 def reproduce_cli(args: argparse.Namespace) -> int:
     from swefleet.envs.config import FarmConfig
     from swefleet.envs.synth.repro_check import find_reproductions, update_records
 
     started = time.monotonic()
     path, tasks = _prepared_tasks(args)
-    found = asyncio.run(find_reproductions(tasks, FarmConfig(), args.max_workers))
-    for f in found:
-        print(f"{'OK  ' if f.script else 'NONE'} {f.instance_id:70} "
-              f"{len(f.script.splitlines()) if f.script else f.reason}")
-    changed = _update_task_file(path, lambda records: update_records(records, found))
+    changed, save = _saving_each(path, update_records, lambda f: (
+        f"{'OK  ' if f.script else 'NONE'} {f.instance_id:70} "
+        f"{len(f.script.splitlines()) if f.script else f.reason}"))
+    found = asyncio.run(find_reproductions(tasks, FarmConfig(), args.max_workers, save))
     infra = sum(f.reason.startswith("infra") for f in found)
     print(json.dumps({"tasks": len(found), "reproduced": sum(bool(f.script) for f in found),
-                      "infra_errors": infra, "records_changed": changed,
+                      "infra_errors": infra, "records_changed": sum(changed),
                       "seconds": round(time.monotonic() - started, 1)}))
     return 1 if infra else 0
 
@@ -140,15 +152,14 @@ def probes_cli(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     path, tasks = _prepared_tasks(args)
-    found = asyncio.run(record_all(tasks, FarmConfig(), args.max_workers))
-    for f in found:
-        print(f"{len(f.probes):3} of {len(f.deciding):3} {f.instance_id:70} {f.reason}")
-    changed = _update_task_file(path, lambda records: update_records(records, found))
+    changed, save = _saving_each(path, update_records, lambda f: (
+        f"{len(f.probes):3} of {len(f.deciding):3} {f.instance_id:70} {f.reason}"))
+    found = asyncio.run(record_all(tasks, FarmConfig(), args.max_workers, save))
     infra = sum(f.reason.startswith("infra") for f in found)
     print(json.dumps({"tasks": len(found), "with_probes": sum(bool(f.probes) for f in found),
                       "deciding_functions": sum(len(f.deciding) for f in found),
                       "probed_functions": sum(len(f.probes) for f in found),
-                      "infra_errors": infra, "records_changed": changed,
+                      "infra_errors": infra, "records_changed": sum(changed),
                       "seconds": round(time.monotonic() - started, 1)}))
     return 1 if infra else 0
 

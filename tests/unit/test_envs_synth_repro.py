@@ -162,3 +162,16 @@ def test_save_and_run_survives_a_script_that_holds_the_delimiter(tmp_path):
     command = save_and_run(script).replace("/tmp/repro.py", str(tmp_path / "r.py"))
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True)
     assert out.stdout == "EOF\n1\n"
+
+
+def test_an_infrastructure_failure_keeps_the_reproduction_a_task_had():
+    from swefleet.envs.synth.repro_check import Found, update_records
+
+    script = "from pkg import f\nassert f() == 1\n"
+    records = [{"instance_id": "a", "problem_statement": "Bug.", "reproduction": script},
+               {"instance_id": "b", "problem_statement": "Bug.", "reproduction": script}]
+    before = dict(records[0])
+    changed = update_records(records, [Found("a", "", "infra: TimeoutError"),
+                                       Found("b", "", "passes_on_bug")])
+    assert records[0] == before  # the sandbox failed: nothing was learned about task a
+    assert records[1]["reproduction"] == "" and changed == 1
