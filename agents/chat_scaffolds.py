@@ -22,7 +22,7 @@ from swefleet.agents.prompts import render
 from swefleet.agents.protocol import Action, FormatError, Observation
 from swefleet.agents.scaffolds import BashScaffold, ToolScaffold
 from swefleet.agents.scaffolds.tool_calls import ARGUMENTS, tool_action, tool_schemas
-from swefleet.envs.protocol import Sandbox
+from swefleet.envs.protocol import CommandResult, Sandbox
 from swefleet.inference.chat_client import ChatReply
 
 from swefleet.types import Task
@@ -48,6 +48,8 @@ class ChatScaffold(Protocol):
         ...
 
     def format_error(self, error: FormatError, finish_reason: str) -> str: ...
+
+    def refused_submit(self, result: CommandResult) -> tuple[str, int]: ...
 
     def observation_messages(self, reply: ChatReply, text: str) -> list[dict[str, Any]]:
         """The messages that answer `reply` with the observation `text`."""
@@ -93,6 +95,10 @@ class ChatTools(ToolScaffold):
     async def execute(self, action: Action, sandbox: Sandbox, timeout_s: float) -> Observation:
         observation = await super().execute(action, sandbox, timeout_s)
         return observation.model_copy(update={"text": _unwrap(observation.text)})
+
+    def refused_submit(self, result: CommandResult) -> tuple[str, int]:
+        text, elided = super().refused_submit(result)
+        return _unwrap(text), elided
 
     def format_error(self, error: FormatError, finish_reason: str) -> str:
         return render(

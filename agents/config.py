@@ -38,6 +38,12 @@ class AgentConfig(BaseModel):
     already saved at `/tmp/repro.py`, and its section says so (as a bug report with the
     reproducer attached). False: the agent is asked to save the script itself (a small model
     often breaks its quoting while copying it)."""
+    check_reproduction_at_submit: bool = False
+    """At the episode's first submit, run the issue's reproduction script (the issue's own,
+    saved again; `agents/submit_check.py`) on the agent's code; when it still fails, the submit
+    is refused once: the agent is shown the run and may go on working or submit again (a second
+    submit is accepted whatever the script says). Tasks without a reproduction, and a script
+    that passes, submit at once. The grade still comes from the hidden tests."""
     command_timeout_s: float = Field(default=60.0, gt=0)
     """Per-command timeout in the sandbox (the sandbox kills the command's process group); also
     bounds each file read/write of the file tools and the final `git diff`."""

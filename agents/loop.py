@@ -27,6 +27,7 @@ from swefleet.agents.config import AgentConfig
 from swefleet.agents.context import compacted_prompt
 from swefleet.agents.protocol import Action, ChatTokenizer, FormatError, Observation
 from swefleet.agents.scaffolds import make_scaffold
+from swefleet.agents.submit_check import issue_script, run_issue_script
 from swefleet.envs.protocol import DiskBudgetExceeded, RepositoryBroken, Sandbox
 from swefleet.envs.synth.repro import SCRIPT_PATH, attached
 from swefleet.inference.protocol import CancelReason, Completion, ModelClient, RequestCancelled
@@ -247,7 +248,8 @@ class _Episode:
         self.format_errors = 0
         turn.action = action.describe()
         if action.submit:
-            raise _End(EpisodeStatus.unresolved, "submitted")
+            await self.submit(turn)
+            return
         observation = await self.execute(turn, action)
         text = observation.text
         times = self.repeats.count(turn.action, text)
@@ -255,7 +257,26 @@ class _Episode:
             text += repeat_note(times)
         self.observe(turn, text, observation.truncated_chars)
         if observation.submitted:
+            await self.submit(turn)
+
+    async def submit(self, turn: Turn) -> None:
+        """End the episode as submitted, unless the check at submit refuses it
+        (`check_reproduction_at_submit`: the first submit, an issue with a reproduction that
+        still fails); then the turn's observation is the refusal and the episode goes on."""
+        script = issue_script(self.task.problem_statement)
+        if not self.config.check_reproduction_at_submit or self.traj.refused_submits or not script:
             raise _End(EpisodeStatus.unresolved, "submitted")
+        t0 = time.monotonic()
+        try:
+            result = await run_issue_script(self.sandbox, script, self.config.command_timeout_s)
+        finally:
+            turn.action_s += time.monotonic() - t0
+            self.env_s += time.monotonic() - t0
+        if result.exit_code == 0:
+            raise _End(EpisodeStatus.unresolved, "submitted")
+        self.traj.refused_submits += 1
+        text, elided = self.scaffold.refused_submit(result)
+        self.observe(turn, text, elided)
 
     def format_error(self, turn: Turn, error: FormatError) -> None:
         self.format_errors += 1

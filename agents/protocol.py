@@ -13,7 +13,7 @@ import json
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
-from swefleet.envs.protocol import Sandbox
+from swefleet.envs.protocol import CommandResult, Sandbox
 
 from swefleet.types import Task
 
@@ -81,6 +81,11 @@ class Scaffold(Protocol):
 
     def format_error(self, error: FormatError, finish_reason: str) -> str:
         """Text of the observation shown after a malformed reply."""
+        ...
+
+    def refused_submit(self, result: CommandResult) -> tuple[str, int]:
+        """Observation of a submit the check refused (`agents.submit_check`): the issue's script
+        still fails with `result`; and the characters of its output elided."""
         ...
 
 

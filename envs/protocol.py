@@ -42,6 +42,9 @@ class CommandResult(BaseModel):
 class Sandbox(Protocol):
     """A running container with a persistent shell session (cwd/env persist between commands)."""
 
+    workdir: str
+    """The repository's folder, where the shell starts (absolute, inside the sandbox)."""
+
     async def run(self, command: str, timeout_s: float | None = None) -> CommandResult: ...
 
     async def read_file(self, path: str) -> bytes: ...

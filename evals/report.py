@@ -1,8 +1,8 @@
 """Eval report: every number recomputed from the raw per-episode records (`episodes.jsonl`).
 
 Schema `swefleet.eval/2` (JSON): success_rate, ci95, pass_at_k, pass_hat_k, avg_at_k, flip_rate,
-n_tasks, n_episodes, infra_errors, tampered, success_rate_infra_as_failure, tokens_mean, wall_s_mean,
-per_task; an eval over several splits adds `per_split` (each split's figures); an eval of a
+n_tasks, n_episodes, infra_errors, tampered, refused_submits, resolved_after_refused_submit,
+success_rate_infra_as_failure, tokens_mean, wall_s_mean, per_task; an eval over several splits adds `per_split` (each split's figures); an eval of a
 trained checkpoint adds `trained_overlap` (`evals/trained_tasks.py`), shown
 first in report.md. Infra errors are excluded from the rates (and counted); the `_infra_as_failure` rate
 counts them as failures, for comparison.
@@ -57,6 +57,9 @@ def build_report(records: list[dict], k: int) -> dict:
         "n_episodes": len(records),
         "infra_errors": sum(1 for r in records if r["resolved"] is None),
         "tampered": sum(1 for r in records if (r.get("grade") or {}).get("status") == "tampered"),
+        "refused_submits": sum(1 for r in records if r.get("refused_submits")),
+        "resolved_after_refused_submit": sum(
+            1 for r in records if r.get("refused_submits") and r["resolved"]),
         "success_rate_infra_as_failure": success_rate(
             outcomes_by_task(records, infra_as_failure=True)),
         "tokens_mean": sum(tokens) / len(tokens) if tokens else 0.0,
@@ -94,6 +97,12 @@ def _split_lines(report: dict) -> list[str]:
     return lines
 
 
+def _refused_line(report: dict) -> str:
+    return (f"- submits refused by the check at submit (the issue's script still failed): "
+            f"{report['refused_submits']} episodes, {report['resolved_after_refused_submit']} "
+            "of them resolved in the end")
+
+
 def report_markdown(report: dict) -> str:
     lo, hi = report["ci95"]
     lines = [
@@ -111,6 +120,7 @@ def report_markdown(report: dict) -> str:
         "- pass^k: " + ", ".join(f"k={k}: {_pct(v)}" for k, v in report["pass_hat_k"].items()),
         (f"- flip rate: {report['flip_rate']:.1%}; tokens/episode: {report['tokens_mean']:.0f}; "
          f"wall s/episode: {report['wall_s_mean']:.1f}"),
+        *([_refused_line(report)] if report.get("refused_submits") else []),
         "",
         "| task | outcomes |",
         "|---|---|",

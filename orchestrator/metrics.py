@@ -46,6 +46,10 @@ def rollout_metrics(trajs: list[Trajectory], trained_version: int) -> dict:
     graded = [t.grade for t in trajs if t.grade is not None]
     out["rollout/grade_tampered"] = sum(g.status == GradeStatus.tampered for g in graded)
     out["rollout/grade_flagged"] = sum(bool(g.flags) for g in graded)
+    refused = [t for t in trajs if t.refused_submits]
+    out["rollout/refused_submits"] = len(refused)
+    out["rollout/resolved_after_refused_submit"] = sum(
+        t.status == EpisodeStatus.resolved for t in refused)
     for phase in ("sandbox", "model", "env", "grading"):
         vals = [t.timings[phase] for t in trajs if phase in t.timings]
         out[f"rollout/phase_{phase}_mean_s"] = sum(vals) / len(vals) if vals else 0.0

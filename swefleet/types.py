@@ -199,6 +199,9 @@ class Trajectory(BaseModel):
     """None when the status is not scorable."""
     model_patch: str = ""
     """`git diff` of the sandbox at the end of the episode."""
+    refused_submits: int = 0
+    """Submits refused because the issue's reproduction still failed
+    (`AgentConfig.check_reproduction_at_submit`; 0 or 1). Optional, added after v1."""
     timings: dict[str, float] = Field(default_factory=dict)
     """Seconds per phase: sandbox, model, env, grading, total."""
     grade: GradeResult | None = None

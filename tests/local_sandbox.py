@@ -24,6 +24,7 @@ class LocalShellSandbox:
 
     def __init__(self, root: Path, max_output_chars: int = 200_000) -> None:
         self.root = Path(root)
+        self.workdir = str(self.root)
         self.max_output_chars = max_output_chars
         self.commands: list[str] = []
 

@@ -70,6 +70,20 @@ class BashScaffold:
         )
 
 
+    def refused_submit(self, result: CommandResult) -> tuple[str, int]:
+        return refused_submit_text(result, self.config.observation_max_chars,
+                                   f"run `echo {SUBMIT_SENTINEL}` again")
+
+
+def refused_submit_text(result: CommandResult, max_chars: int, again: str) -> tuple[str, int]:
+    """What a refused submit shows (`agents.submit_check`): the issue's script's run, and how to
+    submit anyway (`again`)."""
+    from swefleet.agents.submit_check import CHECK_PATH
+
+    run, elided = render_command_result(result, max_chars)
+    return render("submit_refused.j2", run=run, path=CHECK_PATH, again=again), elided
+
+
 def render_command_result(result: CommandResult, max_chars: int) -> tuple[str, int]:
     """`<returncode>` + `<output>` text of a command (output cut in the middle past
     `max_chars`) and the number of characters elided."""

@@ -21,10 +21,10 @@ from pathlib import Path
 from swefleet.agents.config import AgentConfig
 from swefleet.agents.prompts import render, truncate_middle
 from swefleet.agents.protocol import Action, FormatError, Observation
-from swefleet.agents.scaffolds.bash import render_command_result
+from swefleet.agents.scaffolds.bash import refused_submit_text, render_command_result
 from swefleet.agents.scaffolds.files import NumberedText, ToolError, replace_once, view_file
 from swefleet.agents.scaffolds.tool_calls import ARGUMENTS, parse_tool_call, tool_schemas
-from swefleet.envs.protocol import Sandbox
+from swefleet.envs.protocol import CommandResult, Sandbox
 
 from swefleet.types import Task
 
@@ -75,6 +75,11 @@ class ToolScaffold:
             finish_reason=finish_reason,
             tool_names=list(ARGUMENTS),
         )
+
+    def refused_submit(self, result: CommandResult) -> tuple[str, int]:
+        text, elided = refused_submit_text(result, self.config.observation_max_chars,
+                                           "call `submit` again")
+        return _response(text), elided
 
     async def _file_tool(self, action: Action, sandbox: Sandbox) -> tuple[str, int]:
         args, timeout = action.arguments, self.config.command_timeout_s

@@ -233,7 +233,7 @@ def _record(task: Task, attempt: int, traj: Trajectory, wall_s: float) -> dict:
         "status": traj.status.value, "reason": traj.reason,
         "resolved": (traj.status == EpisodeStatus.resolved) if scorable else None,
         "tokens": traj.n_tokens, "turns": len(traj.turns), "wall_s": wall_s,
-        "model_patch": traj.model_patch, "image_user": traj.image_user,
+        "refused_submits": traj.refused_submits, "model_patch": traj.model_patch, "image_user": traj.image_user,
         "grade": traj.grade.model_dump(exclude={"log"}) if traj.grade else None,
     }
 
