@@ -10,6 +10,7 @@ agent was not given: the grade still comes from the hidden tests, whatever the s
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 
 from swefleet.envs.protocol import CommandResult, Sandbox
@@ -30,6 +31,8 @@ def check_command(workdir: str) -> str:
 
 
 async def run_issue_script(sandbox: Sandbox, script: str, timeout_s: float) -> CommandResult:
-    """The issue's `script`, saved at `CHECK_PATH` and run from the sandbox's repository."""
-    await sandbox.write_file(CHECK_PATH, script.encode())
+    """The issue's `script`, saved at `CHECK_PATH` and run from the sandbox's repository;
+    `timeout_s` bounds the save and the run each."""
+    async with asyncio.timeout(timeout_s):
+        await sandbox.write_file(CHECK_PATH, script.encode())
     return await sandbox.run(check_command(sandbox.workdir), timeout_s=timeout_s)
