@@ -59,11 +59,34 @@ def plain(value, depth: int = 0) -> bool:
     return False
 
 
+def fixed_hash(value, depth: int = 0) -> bool:
+    """Whether `value`'s hash is the same in every run: a number, None, or a tuple of those
+    (a string's or bytes' hash follows the hash seed, a plain object's its address)."""
+    if isinstance(value, (int, float, type(None))):
+        return True
+    return isinstance(value, tuple) and depth < 4 and all(fixed_hash(x, depth + 1) for x in value)
+
+
+def hash_ordered(value, depth: int = 0) -> bool:
+    """Whether `value` holds a set or frozenset of two or more elements whose order may change
+    from run to run (one of them without `fixed_hash`): its `repr` then does too."""
+    if isinstance(value, (set, frozenset)):
+        return len(value) > 1 and not all(fixed_hash(x) for x in value)
+    if isinstance(value, (list, tuple)) and depth < 4:
+        return any(hash_ordered(x, depth + 1) for x in value)
+    if isinstance(value, dict) and depth < 4:
+        return any(hash_ordered(x, depth + 1) for x in (*value, *value.values()))
+    return False
+
+
 def result_text(value) -> str | None:
     """A result's `repr` when it identifies the value: a plain literal's, or another object's
     that names no memory address (`datetime.date(2024, 1, 2)`, `Version(major=1, ...)`), at
-    most `MAX_REPR` long; else None."""
+    most `MAX_REPR` long, holding no set whose order may change from run to run
+    (`hash_ordered`); else None."""
     try:
+        if hash_ordered(value):
+            return None
         text = repr(value)
     except Exception:  # noqa: BLE001 - a broken __repr__ is no value
         return None

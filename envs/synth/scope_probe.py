@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import ast
 import copy
+import inspect
 import json
 import re
 
 from swefleet.envs import safe_ast
 from swefleet.envs.canary_twins import find_function
-from swefleet.envs.synth.call_values import ADDRESS, MAX_REPR
+from swefleet.envs.synth.call_values import ADDRESS, MAX_REPR, fixed_hash, hash_ordered
 
 REC_PREFIX = "test_sfrec_"
 """Name prefix of the recording copies (selected with `-k sfrec`)."""
@@ -178,8 +179,19 @@ def _try_pass(stmt: ast.stmt, where: ast.AST) -> ast.Try:
                                      finalbody=[]), where)
 
 
+def _helper_source() -> str:
+    """`call_values.fixed_hash` and `hash_ordered`, as the recording copies call them
+    (`_sfrec_fixed_hash`, `_sfrec_hash_ordered`), appended to the recorded test file."""
+    source = "\n\n".join(inspect.getsource(f) for f in (fixed_hash, hash_ordered))
+    return re.sub(r"\b(fixed_hash|hash_ordered)\b", r"_sfrec_\1", source)
+
+
 def _record_lines(key: str, expr: str, out_path: str) -> list[str]:
-    return ["try:", f"    _sfrec_v = repr({expr})", "except BaseException:", "    _sfrec_v = None",
+    """Record `expr`'s `repr`: None when it raises or holds a set whose order may change from
+    run to run (`call_values.hash_ordered`)."""
+    return ["try:", f"    _sfrec_x = ({expr})",
+            "    _sfrec_v = None if _sfrec_hash_ordered(_sfrec_x) else repr(_sfrec_x)",
+            "except BaseException:", "    _sfrec_v = None",
             f"with open({out_path!r}, 'a') as _sfrec_f:",
             f"    _sfrec_f.write(__import__('json').dumps([{key!r}, _sfrec_v]) + '\\n')"]
 
@@ -226,6 +238,8 @@ def recording_file(text: str, exprs: dict[str, list[str]], out_path: str, start:
                                                          out_path)))
     for at, block in sorted(inserts, key=lambda x: -x[0]):
         lines[at:at] = block
+    if keys:
+        lines += ["", "", _helper_source()]
     return "\n".join(lines), keys
 
 

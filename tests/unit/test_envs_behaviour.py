@@ -124,3 +124,14 @@ def test_infinities_are_not_plain_values():
 
     assert plain((1, 2.5, "x")) and not plain(float("inf")) and not plain([float("-inf")])
     assert not plain(float("nan"))
+
+
+def test_results_holding_a_set_ordered_by_the_hash_seed_are_no_value():
+    from swefleet.envs.synth.call_values import hash_ordered, result_text
+
+    assert result_text({"b", "a"}) is None and result_text([{b"x", b"y"}]) is None
+    assert result_text({"k": frozenset({("a", 1), ("b", 2)})}) is None
+    assert result_text({object(), object()}) is None  # ordered by address
+    assert result_text({2, 1}) == "{1, 2}" and result_text({"only"}) == "{'only'}"
+    assert result_text(((1, 2.5), {(1, 2), (3, None)})) is not None
+    assert not hash_ordered("abc") and hash_ordered({"x": [{"p", "q"}]})

@@ -137,3 +137,20 @@ def test_decoys_flip_a_boolean_or_a_digit_and_join_only_where_mutants_are_few():
     many = candidates_for_pick(keys, [{"0": "1"}] * 2, {"0": "0"},
                                [{"0": "2"}, {"0": "3"}, {"0": "4"}], twins=3)
     assert many["tests/t.py::test_f"][0]["mutants"] == ["2", "3", "4"]
+
+
+def test_a_value_holding_a_set_whose_order_follows_the_hash_seed_is_not_recorded(tmp_path):
+    tests = "def test_tags():\n    assert sorted({'a', 'b'}) == ['a', 'b']\n"
+    exprs = {"tests/test_t.py::test_tags": ["{'a', 'b'}", "({3, 1}, frozenset({'z'}))",
+                                            "[{('x', 1), ('y', 2)}]"]}
+    out = tmp_path / "values.jsonl"
+    text, keys = recording_file(tests, exprs, str(out))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_t.py").write_text(text)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-o", "addopts=", "-k", "sfrec", "tests/test_t.py"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout[-2000:]
+    by_expr = {keys[k][1]: v for k, v in read_values(out.read_text(), keys).items()}
+    assert by_expr == {"{'a', 'b'}": None, "[{('x', 1), ('y', 2)}]": None,
+                       "({3, 1}, frozenset({'z'}))": "({1, 3}, frozenset({'z'}))"}
