@@ -69,7 +69,6 @@ class BashScaffold:
             submit_sentinel=SUBMIT_SENTINEL,
         )
 
-
     def refused_submit(self, result: CommandResult) -> tuple[str, int]:
         return refused_submit_text(result, self.config.observation_max_chars,
                                    f"run `echo {SUBMIT_SENTINEL}` again")
