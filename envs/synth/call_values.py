@@ -21,8 +21,8 @@ tests make to module-level functions, or make such calls again and report what t
         CONFIG: {"calls": [{"module", "name", "args", "kwargs", "init", "history"}]}
         OUT: for each call (on a new object built from `init` where it has one, after the
         calls of its `history` on that object), the `repr`
-        of its result, or null when it raised, timed out or returned something whose `repr`
-        does not identify it (`result_text`)
+        of its result, or null when it raised, timed out, returned something whose `repr`
+        does not identify it (`result_text`) or gave another value when made again
 """
 
 import ast
@@ -312,10 +312,18 @@ def one(call: dict):
     return result_text(result)
 
 
+def repeatable(call: dict):
+    """`one(call)`, or None when making the call again gives another value: a value that
+    depends on state the call changes (the random generator, a counter), which a later run
+    would not see the same."""
+    first = one(call)
+    return first if first is not None and one(call) == first else None
+
+
 def evaluate(config: dict, out_path: str) -> None:
     signal.signal(signal.SIGALRM, _timeout)
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump([one(call) for call in config["calls"]], f)
+        json.dump([repeatable(call) for call in config["calls"]], f)
 
 
 def main() -> int:

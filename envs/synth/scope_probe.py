@@ -187,10 +187,13 @@ def _helper_source() -> str:
 
 
 def _record_lines(key: str, expr: str, out_path: str) -> list[str]:
-    """Record `expr`'s `repr`: None when it raises or holds a set whose order may change from
-    run to run (`call_values.hash_ordered`)."""
+    """Record `expr`'s `repr`: None when it raises, holds a set whose order may change from
+    run to run (`call_values.hash_ordered`) or gives another value when evaluated again (it
+    depends on state it changes, such as the random generator's)."""
     return ["try:", f"    _sfrec_x = ({expr})",
             "    _sfrec_v = None if _sfrec_hash_ordered(_sfrec_x) else repr(_sfrec_x)",
+            f"    if _sfrec_v is not None and repr(({expr})) != _sfrec_v:",
+            "        _sfrec_v = None",
             "except BaseException:", "    _sfrec_v = None",
             f"with open({out_path!r}, 'a') as _sfrec_f:",
             f"    _sfrec_f.write(__import__('json').dumps([{key!r}, _sfrec_v]) + '\\n')"]

@@ -135,3 +135,11 @@ def test_results_holding_a_set_ordered_by_the_hash_seed_are_no_value():
     assert result_text({2, 1}) == "{1, 2}" and result_text({"only"}) == "{'only'}"
     assert result_text(((1, 2.5), {(1, 2), (3, None)})) is not None
     assert not hash_ordered("abc") and hash_ordered({"x": [{"p", "q"}]})
+
+
+def test_a_call_that_gives_another_value_when_made_again_is_no_value():
+    from swefleet.envs.synth.call_values import repeatable
+
+    call = {"module": "random", "name": "random", "args": "()", "kwargs": "{}"}
+    assert repeatable(call) is None  # depends on the generator's state, which it changes
+    assert repeatable({**call, "module": "math", "name": "floor", "args": "(2.5,)"}) == "2"
