@@ -270,8 +270,9 @@ class _Episode:
         try:
             result = await run_issue_script(self.sandbox, script, self.config.command_timeout_s)
         finally:
-            turn.action_s += time.monotonic() - t0
-            self.env_s += time.monotonic() - t0
+            elapsed = time.monotonic() - t0
+            turn.action_s += elapsed
+            self.env_s += elapsed
         if result.exit_code == 0:
             raise _End(EpisodeStatus.unresolved, "submitted")
         self.traj.refused_submits += 1

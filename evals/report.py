@@ -2,10 +2,10 @@
 
 Schema `swefleet.eval/2` (JSON): success_rate, ci95, pass_at_k, pass_hat_k, avg_at_k, flip_rate,
 n_tasks, n_episodes, infra_errors, tampered, refused_submits, resolved_after_refused_submit,
-success_rate_infra_as_failure, tokens_mean, wall_s_mean, per_task; an eval over several splits adds `per_split` (each split's figures); an eval of a
-trained checkpoint adds `trained_overlap` (`evals/trained_tasks.py`), shown
-first in report.md. Infra errors are excluded from the rates (and counted); the `_infra_as_failure` rate
-counts them as failures, for comparison.
+success_rate_infra_as_failure, tokens_mean, wall_s_mean, per_task; an eval over several splits
+adds `per_split` (each split's figures); an eval of a trained checkpoint adds `trained_overlap`
+(`evals/trained_tasks.py`), shown first in report.md. Infra errors are excluded from the rates
+(and counted); the `_infra_as_failure` rate counts them as failures, for comparison.
 """
 
 from __future__ import annotations
