@@ -13,9 +13,10 @@ End of input without a line: it exits 0. An entry that cannot be imported ends t
 once (exit 3, one line in the log); a preload module that fails to import is reported in the
 log and skipped. CUDA must stay uninitialised in a standby (vLLM forks its engine core
 from it when `engine_start_method = "fork"`); it says in its log whether it is. The vLLM kind
-first answers torch's cached Triton device check without CUDA (`settle_triton_check`): torchao,
-which vLLM imports when it is installed, asks it while importing, and torch's own answer
-initialises CUDA.
+first answers torch's cached Triton device check without CUDA (`settle_triton_check`) and
+imports with the GPU's compute capability answered from nvidia-smi (`capability_from_nvidia_smi`):
+torchao, which vLLM imports when it is installed, asks both while importing, and torch's own
+answers initialise CUDA.
 
 The environment is fixed at the spawn (modules read it while they import), so a standby is
 used only for a server whose environment is the same; `Standby.activate` checks.
@@ -26,6 +27,7 @@ Light module: stdlib only (the child imports what its preload list names).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Self
 
 from swefleet.inference.launch import ServerHandle, new_port_file
-from swefleet.inference.triton_check import settle_triton_check
+from swefleet.inference.triton_check import capability_from_nvidia_smi, settle_triton_check
 
 from swefleet.procs import die_with_parent
 
@@ -185,29 +187,44 @@ def outside_frames(stack: list[traceback.FrameSummary], keep: int = 3) -> list[s
     return [f"{f.filename}:{f.lineno}" for f in mine[-keep:]]
 
 
-def _preload(modules: list[str], t0: float) -> None:
-    """Import `modules`; one log line: how many, the seconds since `t0`, memory, CUDA (and
-    where it was first initialised, when it was)."""
-    with CudaInitWatch() as watch:
-        failed = _import_all(modules)
+def _cuda_initialised() -> bool:
     torch = sys.modules.get("torch")
-    cuda = bool(torch is not None and torch.cuda.is_initialized())
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def _load(entry: str, modules: list[str], t0: float, fork_safe: bool = False):
+    """Import the entry's module and `modules` under a `CudaInitWatch` (and, `fork_safe`, with
+    the GPU's compute capability answered from nvidia-smi: torchao asks it while importing); one
+    log line: how many, the seconds since `t0`, memory, CUDA (and, when it was initialised, the
+    first module after whose import it was, and the frames that did it). Returns the entry."""
+    capability = capability_from_nvidia_smi() if fork_safe else contextlib.nullcontext()
+    with capability, CudaInitWatch() as watch:
+        main = _entry(entry)
+        first = entry.partition(":")[0] if _cuda_initialised() else ""
+        failed, first = _import_all(modules, first)
+    cuda = _cuda_initialised()
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    where = " < ".join(reversed(watch.where))
     print(f"swefleet standby: {len(modules) - len(failed)}/{len(modules)} modules imported in "
           f"{time.monotonic() - t0:.1f} s, {rss_mib:.0f} MiB resident; CUDA initialised: {cuda}"
-          + (f" (first by {' < '.join(reversed(watch.where))})" if cuda and watch.where else "")
+          + (f" (first while importing {first}" + (f", by {where}" if where else "") + ")"
+             if cuda else "")
           + (f"; not imported: {'; '.join(failed)}" if failed else ""), file=sys.stderr, flush=True)
+    return main
 
 
-def _import_all(modules: list[str]) -> list[str]:
-    """Import each module; the ones that failed, with their error."""
+def _import_all(modules: list[str], first_cuda: str = "") -> tuple[list[str], str]:
+    """Import each module; the ones that failed (with their error), and `first_cuda` or else
+    the first module after whose import CUDA was initialised ('' when none)."""
     failed = []
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - a module that cannot load is skipped, reported
             failed.append(f"{name} ({type(exc).__name__}: {str(exc)[:200]})")
-    return failed
+        if not first_cuda and _cuda_initialised():
+            first_cuda = name
+    return failed, first_cuda
 
 
 def _entry(entry: str):
@@ -234,15 +251,15 @@ def main(argv: list[str] | None = None) -> None:
                    help="answer torch's Triton device check without CUDA first")
     args = p.parse_args(argv)
     t0 = time.monotonic()
+    if args.fork_safe:  # before any import: the entry's own imports may reach torchao already
+        print(f"swefleet standby: Triton check: {settle_triton_check()}", file=sys.stderr,
+              flush=True)
     try:
-        entry = _entry(args.entry)
+        entry = _load(args.entry, [m for m in args.preload.split(",") if m], t0,
+                      args.fork_safe)
     except (ImportError, AttributeError) as exc:
         p.exit(3, f"{p.prog}: entry {args.entry} cannot be loaded ({type(exc).__name__}: "
                   f"{exc}); no standby\n")
-    if args.fork_safe:
-        print(f"swefleet standby: Triton check: {settle_triton_check()}", file=sys.stderr,
-              flush=True)
-    _preload([m for m in args.preload.split(",") if m], t0)
     line = sys.stdin.buffer.readline()
     if not line.strip():
         return  # released unused

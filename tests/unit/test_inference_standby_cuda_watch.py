@@ -39,3 +39,18 @@ def test_outside_frames_drops_torch_and_importlib_frames():
              traceback.FrameSummary("/y/site-packages/torch/cuda/__init__.py", 7, "h")]
     assert outside_frames(stack) == ["/x/vllm/a.py:3"]
     assert outside_frames(stack * 4, keep=2) == ["/x/vllm/a.py:3", "/x/vllm/a.py:3"]
+
+
+def test_the_import_after_which_cuda_was_initialised_is_named(monkeypatch):
+    from swefleet.inference import standby
+
+    state = {"on": False}
+
+    def import_module(name):
+        if name == "initialises":
+            state["on"] = True
+
+    monkeypatch.setattr(standby.importlib, "import_module", import_module)
+    monkeypatch.setattr(standby, "_cuda_initialised", lambda: state["on"])
+    assert standby._import_all(["json", "initialises", "later"]) == ([], "initialises")
+    assert standby._import_all(["later"], first_cuda="the_entry") == ([], "the_entry")

@@ -59,3 +59,29 @@ def test_nothing_is_done_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert settle_triton_check() == "not needed"
+
+
+def test_the_capability_is_answered_from_nvidia_smi_while_open_then_restored(gpu_visible,
+                                                                              monkeypatch):
+    from swefleet.inference.triton_check import capability_from_nvidia_smi
+
+    def cuda_query(device=None):
+        raise AssertionError("CUDA was queried")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", cuda_query)
+    with capability_from_nvidia_smi():
+        assert torch.cuda.get_device_capability() == (9, 0)  # what torchao's import reads
+        assert torch.cuda.get_device_capability(0) == (9, 0)
+        with pytest.raises(AssertionError, match="CUDA was queried"):
+            torch.cuda.get_device_capability(1)  # another device: torch answers
+    assert torch.cuda.get_device_capability is cuda_query
+    assert not torch.cuda.is_initialized()
+
+
+def test_without_an_answer_torch_answers_the_capability(gpu_visible, monkeypatch):
+    from swefleet.inference.triton_check import capability_from_nvidia_smi
+
+    gpu_visible.write_text("#!/bin/sh\nexit 9\n")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
+    with capability_from_nvidia_smi():
+        assert torch.cuda.get_device_capability() == (8, 6)
