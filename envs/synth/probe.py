@@ -8,6 +8,7 @@ the log, and the log itself (for the problem statement).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date, timedelta
 
 from swefleet.envs.gradelog import is_infra
 from swefleet.envs.grading import DockerGrader, grade_many
@@ -18,12 +19,24 @@ from swefleet.envs.tamper import is_cut_id
 from swefleet.types import GradeResult, Task
 
 
-def well_formed(test_id: str) -> bool:
-    """Ids every pytest log parser reads whole: SWE-bench's splits a result line at whitespace,
-    so an id with a space in its parameters (`test_x[1 + 2]`) would reach it cut, also when the
-    cut part holds a `]` of its own (`test_x[\\x1b]133;A $]` -> `test_x[\\x1b]133;A`)."""
+def well_formed(test_id: str, today: date | None = None) -> bool:
+    """Ids every pytest log parser reads whole and that name the same test on another day:
+    SWE-bench's parser splits a result line at whitespace, so an id with a space in its
+    parameters (`test_x[1 + 2]`) would reach it cut, also when the cut part holds a `]` of its
+    own (`test_x[\\x1b]133;A $]` -> `test_x[\\x1b]133;A`); and an id whose parameters hold the
+    day it ran (`test_to_string[case7-2026-12-04]`, a parameter made from `date.today()`) is
+    gone the next day, which the grader would read as a deciding test that vanished."""
     return (test_id.count("[") == test_id.count("]") and "::" in test_id
-            and not is_cut_id(test_id) and not any(c.isspace() for c in test_id))
+            and not is_cut_id(test_id) and not any(c.isspace() for c in test_id)
+            and not names_the_day(test_id, today or date.today()))
+
+
+def names_the_day(test_id: str, today: date) -> bool:
+    """Whether `test_id`'s parameters hold `today`, or the day before or after it (a run over
+    midnight, a clock in another time zone), as `YYYY-MM-DD`, `YYYYMMDD` or `YYYY/MM/DD`."""
+    params = test_id.partition("[")[2]
+    days = (today + timedelta(days=d) for d in (-1, 0, 1))
+    return any(day.strftime(f) in params for day in days for f in ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d"))
 
 
 def in_files(test_id: str, test_files: list[str]) -> bool:

@@ -100,3 +100,14 @@ def test_the_bundled_task_sets_hold_only_ids_every_log_parser_reads_whole():
             for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
                 cut = [i for i in task[key] if not well_formed(i)]
                 assert not cut, (path.name, task["instance_id"], key, cut[:3])
+
+
+def test_ids_that_hold_the_day_they_ran_are_not_used():
+    from datetime import date
+
+    day = date(2026, 12, 4)
+    assert not well_formed("t.py::test_to_string[case7-2026-12-04]", today=day)
+    assert not well_formed("t.py::test_x[20261205-a]", today=day)  # the next day, another format
+    assert not well_formed("t.py::test_x[2026/12/03]", today=day)
+    assert well_formed("t.py::test_format[4-1985-04-12-expected23-%Y-%m-%d]", today=day)
+    assert well_formed("t.py::test_to_string[case7-2026-12-04]", today=date(2026, 12, 10))
