@@ -154,10 +154,12 @@ def spawn_standby(kind: StandbyKind, env: dict[str, str], log_path: Path) -> Sta
 class CudaInitWatch:
     """Where CUDA was first initialised while it watches (torch's lazy init, wrapped): the
     innermost frames outside torch and the import machinery, for the standby's log line, so a
-    standby that initialised CUDA names the import that did it."""
+    standby that initialised CUDA names the import that did it. `on_first` is called with them
+    at that moment (a server that a standby became logs where it first initialised CUDA)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_first=None, keep: int = 3) -> None:
         self.where: list[str] = []
+        self._on_first, self._keep = on_first, keep
         self._cuda = None
         self._original = None
 
@@ -170,7 +172,9 @@ class CudaInitWatch:
 
         def watched():
             if not self.where and not self._cuda.is_initialized():
-                self.where = outside_frames(traceback.extract_stack()[:-1])
+                self.where = outside_frames(traceback.extract_stack()[:-1], self._keep)
+                if self._on_first is not None:
+                    self._on_first(self.where)
             return self._original()
 
         torch.cuda._lazy_init = watched
@@ -239,7 +243,13 @@ def _become(main, argv: list[str]) -> object:
     os.dup2(devnull, 0)  # the server never reads the standby's pipe
     os.close(devnull)
     sys.argv = list(argv)
-    return main()
+
+    def first_init(where: list[str]) -> None:  # vLLM forks its engine core only without it
+        print(f"swefleet standby: the server first initialised CUDA at {' < '.join(reversed(where))}",
+              file=sys.stderr, flush=True)
+
+    with CudaInitWatch(on_first=first_init, keep=8):
+        return main()
 
 
 def main(argv: list[str] | None = None) -> None:

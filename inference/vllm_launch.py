@@ -175,9 +175,10 @@ class VLLMEngineArgs(BaseModel):
     one H200); `fork` starts it from the server process, which has imported vLLM already.
     vLLM falls back to `spawn` (a warning in the server log) when CUDA is initialised in the
     server process, which importing torchao does when it is installed next to vLLM (swefleet's
-    float8 training installs it); a standby server (`inference.standby_servers`) answers that
-    check without CUDA. The API server processes (`api_server_count` > 1) are spawned either
-    way."""
+    float8 training installs it). A standby server (`inference.standby_servers`) imports
+    without CUDA, so vLLM forks from it, but the server then initialises CUDA while it sets up
+    and the forked core fails to start: `fork` with standby servers is refused. The API server
+    processes (`api_server_count` > 1) are spawned either way."""
     seed: int = 0
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
