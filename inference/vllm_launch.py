@@ -56,6 +56,10 @@ WORKER_EXTENSION = "swefleet.inference.vllm_worker.SwefleetWorkerExtension"
 WEIGHT_TRANSFER_CONFIG = {"backend": "nccl"}
 #: environment every profile needs: the dev routes (/collective_rpc, /pause, /resume)
 SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+#: torch's CUDA availability check by NVML: `torch.cuda.is_available()` otherwise asks the CUDA
+#: runtime, which poisons fork without initialising CUDA (a forked engine core then fails with
+#: "Cannot re-initialize CUDA in forked subprocess"); torchao calls it while importing.
+FORK_SAFE_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 #: defaults of every server a run launches (the environment or `inference.vllm.env` may override):
 #: no NVLink multicast (NVLS/symmetric memory), no FlashInfer sampler, no usage reporting
 LAUNCH_ENV_DEFAULTS = {
@@ -176,9 +180,11 @@ class VLLMEngineArgs(BaseModel):
     vLLM falls back to `spawn` (a warning in the server log) when CUDA is initialised in the
     server process, which importing torchao does when it is installed next to vLLM (swefleet's
     float8 training installs it). A standby server (`inference.standby_servers`) imports
-    without CUDA, so vLLM forks from it, but the server then initialises CUDA while it sets up
-    and the forked core fails to start: `fork` with standby servers is refused. The API server
-    processes (`api_server_count` > 1) are spawned either way."""
+    without CUDA, so vLLM forks from it, and the forked core failed to start on one H200 (its
+    parent had asked `torch.cuda.is_available()` through the CUDA runtime, which poisons
+    fork; `fork` now sets `PYTORCH_NVML_BASED_CUDA_CHECK=1`, not measured yet): `fork` with
+    standby servers is refused. The API server processes (`api_server_count` > 1) are spawned
+    either way."""
     seed: int = 0
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
@@ -365,6 +371,7 @@ def serve_command(
     env = dict(SERVER_ENV)
     if cfg.engine_start_method != "spawn":
         env["VLLM_WORKER_MULTIPROC_METHOD"] = cfg.engine_start_method
+        env.update(FORK_SAFE_ENV)
     if cfg.model_runner != "auto":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if cfg.model_runner == "v2" else "0"
     if cfg.disagg is not None:

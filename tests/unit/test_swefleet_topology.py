@@ -226,3 +226,5 @@ def test_engine_start_method_reaches_the_server_environment():
                                  gpu_memory_utilization=0.3)
         _, profile_env = serve_command(profile, 8123, executable="/opt/vllm")
         assert profile_env.get("VLLM_WORKER_MULTIPROC_METHOD") == value
+        # a fork needs torch's availability check by NVML (the runtime's poisons fork)
+        assert (profile_env.get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1") == (choice == "fork")
