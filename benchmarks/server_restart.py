@@ -185,6 +185,8 @@ def drill(args: argparse.Namespace) -> dict:
         "wall_s": round(time.monotonic() - t0, 1),
         "steps_done": len(metrics),
         "killed": kills,
+        # a kill whose restart the run did not wait for (it ended first): more --steps
+        "kills_unmeasured": len(kills) - len(restarts),
         "server_restarts": restarts_done(metrics),
         "restart_s": restarts,
         "median_restart_s": statistics.median(restarts) if restarts else None,
