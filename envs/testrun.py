@@ -27,6 +27,8 @@ REPORT_FD = 3
 #: group of the repository's owner (the uid and gid need no entry in the image's passwd).
 READ_ONLY_USER = "65534:65534"
 _REPORT_CAP = 32 << 20
+#: Seconds the test script waits, after its command, for the copy of the JUnit report to end.
+_COPY_WAIT_S = 2
 _DRAIN_S = 2.0
 #: After a container's test command ended: its stream is read on while data keeps coming (a
 #: remote engine's tunnel delivers the tail late under load), until it is quiet this long...
@@ -95,11 +97,19 @@ def capture_script(command: str, junit: bool) -> str:
     pytest's JUnit report on the run's standard error (descriptor `REPORT_FD`)."""
     # a pipe of the tests' own user to a copy of the run's standard error: pytest opens
     # /dev/fd/3 again by name, which a pipe made by another user (Docker's, the host's) refuses
-    prefix = f"exec {REPORT_FD}> >(exec cat >&2); exec 2>&1; export PYTHONDONTWRITEBYTECODE=1; "
+    prefix = (f"exec {REPORT_FD}> >(exec cat >&2); _sf_copy=$!; exec 2>&1; "
+              "export PYTHONDONTWRITEBYTECODE=1; ")
     if junit:
         opt = shlex.quote(f"--junitxml=/dev/fd/{REPORT_FD}")
         prefix += f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }}"{opt}; '
-    return prefix + f"{{ {command}\n}}"
+    # the copy of the report may still be running when the command ends; a sandbox whose
+    # processes all die with its first one (bwrap's PID namespace) would cut it: wait for it,
+    # up to _COPY_WAIT_S (a process the tests left may hold the descriptor open)
+    wait = (f"exec {REPORT_FD}>&-; for ((_sf_i = 0; _sf_i < {_COPY_WAIT_S * 20}; _sf_i++)); do "
+            "kill -0 $_sf_copy 2>/dev/null || break; sleep 0.05; done")
+    if not junit:
+        return prefix + f"{{ {command}\n}}"
+    return prefix + f"( {command}\n); _sf_status=$?; {wait}; exit $_sf_status"
 
 
 def run_in_container(container, script: str, budget_s: float, workdir: str, log_cap: int,
