@@ -99,16 +99,15 @@ def capture_script(command: str, junit: bool) -> str:
     # /dev/fd/3 again by name, which a pipe made by another user (Docker's, the host's) refuses
     prefix = (f"exec {REPORT_FD}> >(exec cat >&2); _sf_copy=$!; exec 2>&1; "
               "export PYTHONDONTWRITEBYTECODE=1; ")
-    if junit:
-        opt = shlex.quote(f"--junitxml=/dev/fd/{REPORT_FD}")
-        prefix += f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }}"{opt}; '
+    if not junit:
+        return prefix + f"{{ {command}\n}}"
+    opt = shlex.quote(f"--junitxml=/dev/fd/{REPORT_FD}")
+    prefix += f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }}"{opt}; '
     # the copy of the report may still be running when the command ends; a sandbox whose
     # processes all die with its first one (bwrap's PID namespace) would cut it: wait for it,
     # up to _COPY_WAIT_S (a process the tests left may hold the descriptor open)
     wait = (f"exec {REPORT_FD}>&-; for ((_sf_i = 0; _sf_i < {_COPY_WAIT_S * 20}; _sf_i++)); do "
             "kill -0 $_sf_copy 2>/dev/null || break; sleep 0.05; done")
-    if not junit:
-        return prefix + f"{{ {command}\n}}"
     return prefix + f"( {command}\n); _sf_status=$?; {wait}; exit $_sf_status"
 
 

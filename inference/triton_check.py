@@ -6,11 +6,12 @@ CUDA.
         import vllm.entrypoints.cli.main   # torchao asks both while it imports
 
 torch's `has_triton()` (cached per process) reads the GPU's compute capability through CUDA, and
-torchao calls it while it imports; its `mx_formats` then asks `torch.cuda.get_device_capability()`
-itself (`is_sm_at_least_100`), which initialises CUDA too. In a process that must not initialise CUDA (one vLLM forks
-its engine core from: vLLM falls back to spawn, "CUDA is initialized") the answer comes from
-`nvidia-smi` instead, through the device-property cache torch keeps for its fork()ed compile
-workers, which is emptied again afterwards.
+torchao calls it while it imports; its `mx_formats` then asks
+`torch.cuda.get_device_capability()` itself (`is_sm_at_least_100`), which initialises CUDA too.
+In a process that must not initialise CUDA (one vLLM forks its engine core from: vLLM falls
+back to spawn, "CUDA is initialized") the answers come from `nvidia-smi` instead: the Triton
+check through the device-property cache torch keeps for its fork()ed compile workers, emptied
+again afterwards; the capability through `get_device_capability`, replaced while imports run.
 
 Light module: stdlib at import; torch is imported by the call.
 """

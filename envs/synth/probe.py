@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, timedelta
+from functools import lru_cache
 
 from swefleet.envs.gradelog import is_infra
 from swefleet.envs.grading import DockerGrader, grade_many
@@ -35,8 +36,13 @@ def names_the_day(test_id: str, today: date) -> bool:
     """Whether `test_id`'s parameters hold `today`, or the day before or after it (a run over
     midnight, a clock in another time zone), as `YYYY-MM-DD`, `YYYYMMDD` or `YYYY/MM/DD`."""
     params = test_id.partition("[")[2]
-    days = (today + timedelta(days=d) for d in (-1, 0, 1))
-    return any(day.strftime(f) in params for day in days for f in ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d"))
+    return bool(params) and any(day in params for day in _day_strings(today))
+
+
+@lru_cache(maxsize=4)
+def _day_strings(today: date) -> tuple[str, ...]:
+    days = [today + timedelta(days=d) for d in (-1, 0, 1)]
+    return tuple(day.strftime(f) for day in days for f in ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d"))
 
 
 def in_files(test_id: str, test_files: list[str]) -> bool:
