@@ -74,6 +74,7 @@ def stopped(command: str) -> int:
     """After an interrupted command unwound: remove its leftovers, print one line, return
     128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
     sig = signal.Signals[signal_name()]
+    logging.getLogger("asyncio").addFilter(_quiet_closed_loop_children)
     try:
         left = remove_leftovers()
         note = f"; stopped what it left running: {left}" if left else ""
@@ -84,6 +85,12 @@ def stopped(command: str) -> int:
         signal.signal(each, signal.SIG_DFL)
     gc.freeze()  # the interpreter's last collection would take seconds after torch: skipped
     return 128 + sig
+
+
+def _quiet_closed_loop_children(record: logging.LogRecord) -> bool:
+    """Drop asyncio's "Loop ... that handles pid ... is closed": after the command unwound, a
+    child whose loop is gone is one `remove_leftovers` stops and counts in the line."""
+    return not str(record.msg).startswith("Loop %r that handles pid")
 
 
 def remove_leftovers() -> str:
