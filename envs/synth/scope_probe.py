@@ -21,6 +21,7 @@ chosen check is appended to the copy (and the twins) of the real test when gradi
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import inspect
 import json
@@ -34,7 +35,12 @@ REC_PREFIX = "test_sfrec_"
 """Name prefix of the recording copies (selected with `-k sfrec`)."""
 MAX_PER_FUNCTION = 10
 """Candidate expressions recorded per deciding test function."""
+MAX_INLINED = 2000
+"""Longest value (source characters) a local name is replaced by in a candidate."""
 _LEADING_ZERO = re.compile(r"(?<![\w.])0\d")
+_BUILTINS = frozenset(dir(builtins))
+_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{4,}(?![A-Za-z])")
+_SEPARATOR = re.compile(r"[\s.,;:()\[\]{}<>=*#|/-]")
 _WRAPPERS = {"len", "list", "tuple", "sorted", "set", "frozenset", "dict", "str", "repr",
              "bool", "int", "float", "type", "isinstance", "next", "iter", "print", "any", "all"}
 
@@ -43,10 +49,12 @@ def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     """Source texts of the expressions to evaluate at the end of `func`: the outermost calls
     inside its assertions (`assert X == Y`, `self.assertEqual(X, Y)`) that are not builtins or
     pytest's, and the sides of its comparisons that reach a call (`parse(sql)[0].value`), each
-    with one literal in a call's arguments nudged (an int one up or down, a string's first
-    digit plus one; inside list, tuple and dict displays too); at most `MAX_PER_FUNCTION`, no
-    repeats. Never an expression as the test writes it: the test's own assertion would say
-    what it returns, and so which check contradicts it."""
+    with one literal in a call's arguments nudged (`_nudged`; inside list, tuple and dict
+    displays too); then the same of the assertions with the local names that simple
+    assignments before them bound replaced by what was assigned (`s = 'a b'; assert f(s) == x`
+    gives `f('a c')`, `_inlined_assertions`); at most `MAX_PER_FUNCTION`, no repeats. Never an
+    expression as the test writes it, names replaced or not: the test's own assertion would
+    say what it returns, and so which check contradicts it."""
     found: list[ast.expr] = []
     for node in ast.walk(func):
         if isinstance(node, ast.Assert):
@@ -54,9 +62,103 @@ def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
         elif isinstance(node, ast.Call) and _is_unittest_assert(node):
             for arg in node.args:
                 found += _outer_calls(arg) + _operands(arg)
-    written = {ast.unparse(expr) for expr in found}
-    nudged = [ast.unparse(v) for expr in found for v in _nudged_variants(expr)]
+    inlined = [x for e in _inlined_assertions(func.body, {}) for x in _outer_calls(e) + _operands(e)]
+    written = {ast.unparse(expr) for expr in found + inlined}
+    nudged = [ast.unparse(v) for expr in found + inlined if _names_code(expr)
+              for v in _nudged_variants(expr)]
     return [text for text in dict.fromkeys(nudged) if text not in written][:MAX_PER_FUNCTION]
+
+
+def _names_code(expr: ast.expr) -> bool:
+    """Whether `expr` names anything but builtins (`'-'.join(['a', 'b'])` computes a value
+    that no code under test changes)."""
+    return any(isinstance(n, ast.Name) and n.id not in _BUILTINS for n in ast.walk(expr))
+
+
+def _inlined_assertions(body: list[ast.stmt], env: dict[str, ast.expr]) -> list[ast.expr]:
+    """The asserted expressions of `body` (an `assert`'s test, a unittest assertion's
+    arguments) in source order, each with the names that `env` and the simple assignments
+    (`name = <expression without a lambda or comprehension>`) before it bound replaced by
+    their values; a name bound any other way (a loop, a `with`, a tuple, `+=`), or one whose
+    value is not a literal and whose object a statement may change (`_changed_names`), is
+    left as is from there on. A block inside sees the names
+    bound before it that it does not bind."""
+    env = dict(env)
+    out: list[ast.expr] = []
+    for stmt in body:
+        if isinstance(stmt, ast.Assert):
+            out.append(_inline(stmt.test, env))
+        elif (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+              and _is_unittest_assert(stmt.value)):
+            out += [_inline(arg, env) for arg in stmt.value.args]
+        for name in _changed_names(stmt) & env.keys():  # a new object would not have the
+            if not _is_literal(env[name]):                # state the test gave this one
+                env.pop(name)
+        for name in _bound_names(stmt):  # (a loop's names vary from one pass to the next)
+            env.pop(name, None)
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(stmt, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    out += _inlined_assertions(inner, env)
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and not _has_scoped_names(stmt.value)):
+            value = _inline(stmt.value, env)
+            if len(ast.unparse(value)) <= MAX_INLINED:
+                env[stmt.targets[0].id] = value
+    return out
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    """The names `stmt` binds or deletes anywhere in it (a nested function or class: its name)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    return {n.id for n in ast.walk(stmt)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def _changed_names(stmt: ast.stmt) -> set[str]:
+    """Names whose object `stmt` may change: every name of a statement that is a bare
+    expression (`s.put(1)`, `fill(s)`), and the name under a target's attribute or index
+    (`s.x = 1`, `s[k] += 1`, `del s[k]`)."""
+    if isinstance(stmt, ast.Expr):
+        return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    targets = [t for n in ast.walk(stmt) if isinstance(n, (ast.Assign, ast.AugAssign,
+                                                           ast.AnnAssign, ast.Delete))
+               for t in (n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target])]
+    out = set()
+    for target in targets:
+        while isinstance(target, (ast.Attribute, ast.Subscript)):
+            target = target.value
+            if isinstance(target, ast.Name):
+                out.add(target.id)
+    return out
+
+
+def _is_literal(expr: ast.expr) -> bool:
+    try:
+        ast.literal_eval(expr)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+class _Inliner(ast.NodeTransformer):
+    def __init__(self, env: dict[str, ast.expr]) -> None:
+        self.env = env
+
+    def visit_Name(self, node: ast.Name):
+        if isinstance(node.ctx, ast.Load) and node.id in self.env:
+            return copy.deepcopy(self.env[node.id])
+        return node
+
+    def visit_JoinedStr(self, node: ast.JoinedStr):  # (3.11 cannot write every value back
+        return node                                  # into an f-string's braces)
+
+
+def _inline(expr: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
+    """A copy of `expr` with the names of `env` replaced by their values."""
+    return _Inliner(env).visit(copy.deepcopy(expr)) if env else expr
 
 
 def _nudged_variants(expr: ast.expr) -> list[ast.expr]:
@@ -142,17 +244,30 @@ def _has_scoped_names(expr: ast.AST) -> bool:
 
 
 def _nudged(node: ast.AST) -> list:
-    """Values near a literal: an int one up and one down, a string's first digit plus one."""
+    """Values near a literal: a number one up and one down; a string's first digit plus one,
+    or, in a text of several words with none, the last letter of its longest word (four
+    letters or more) moved one on in the alphabet (`'select a from table'` ->
+    `'select a from tablf'`): the text keeps its shape, its value changes."""
     if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
         return []
     value = node.value
-    if type(value) is int:
+    if type(value) in (int, float):
         return [value + 1, value - 1]
     if type(value) is str:
         at = next((i for i, ch in enumerate(value) if ch.isdigit()), None)
         if at is not None:
             return [value[:at] + str((int(value[at]) + 1) % 10) + value[at + 1:]]
+        words = list(_WORD.finditer(value)) if _SEPARATOR.search(value.strip()) else []
+        if words:
+            word = max(reversed(words), key=lambda m: len(m[0]))  # the last of the longest
+            at = word.end() - 1
+            return [value[:at] + _next_letter(value[at]) + value[at + 1:]]
     return []
+
+
+def _next_letter(ch: str) -> str:
+    base = ord("a") if ch.islower() else ord("A")
+    return chr(base + (ord(ch) - base + 1) % 26)
 
 
 class _SoftAsserts(ast.NodeTransformer):

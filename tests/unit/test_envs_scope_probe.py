@@ -78,6 +78,28 @@ def test_candidates_are_nudged_calls_first_then_the_calls_as_written():
                                        "q({'n': [1, 'x0']})"]
 
 
+def test_names_bound_by_simple_assignments_are_replaced_by_their_values_before_nudging():
+    func = _function(
+        "def test_sql(fmt):\n"
+        "    s = 'select foo from mytable'\n"
+        "    p = parse(s)[0]\n"
+        "    assert p.alias() == 'foo'\n"  # p and s replaced: the text nudged
+        "    s = 'x1'\n"
+        "    assert fmt(s) == 'X1'\n"  # the latest value of s
+        "    for s in ['y5']:\n"
+        "        assert fmt(s, 7) == 'Y5'\n"  # bound by the loop: left as is
+        "    r = fmt(2.5, 'x1')\n"
+        "    assert r == '2.5'\n"  # a float one up and down
+        "    assert '-'.join(['a b', 'c d e f']) == s\n"  # builtins only: no candidate
+        "    c = Cache(3)\n"
+        "    c.put(1)\n"  # c may have changed: a new Cache(3) would not hold 1
+        "    assert c.get(1) == 1\n")
+    assert candidate_calls(func) == [
+        "c.get(2)", "c.get(0)", "fmt(s, 8)", "fmt(s, 6)",  # as written, nudged; then replaced
+        "parse('select foo from mytablf')[0].alias()", "fmt('x2')", "fmt(3.5, 'x1')",
+        "fmt(1.5, 'x1')", "fmt(2.5, 'x2')"]  # (never Cache(3).get(...): c was changed)
+
+
 def test_recording_copies_run_every_assertion_and_record_each_candidate(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text(PACKAGE)
