@@ -4,7 +4,8 @@ The standalone probes (`behaviour_run.py`) replay calls whose arguments and obje
 literals; a test that builds its object from another object, a function or a storage class
 has none. Its own scope has them, at the end of its body: a call the test's assertions make
 (`cache.get(3)`, `parse(sql)[0].value`), evaluated again after the body, with one literal
-argument nudged (`cache.get(4)`) so that its value is not the one the assertion spells out.
+argument nudged (`cache.get(4)`) so that its value is not the one the assertion spells out
+(`scope_candidates.py` says which expressions are candidates).
 
 `recording_file` writes, for each candidate call of each deciding function (and, once a gold
 run has shown which of them give a value, for the tuple of those: `combined`), a copy of the
@@ -21,7 +22,6 @@ chosen check is appended to the copy (and the twins) of the real test when gradi
 from __future__ import annotations
 
 import ast
-import builtins
 import copy
 import inspect
 import json
@@ -30,244 +30,11 @@ import re
 from swefleet.envs import safe_ast
 from swefleet.envs.canary_twins import find_function
 from swefleet.envs.synth.call_values import ADDRESS, MAX_REPR, fixed_hash, hash_ordered
+from swefleet.envs.synth.scope_candidates import candidate_calls, is_unittest_assert
 
 REC_PREFIX = "test_sfrec_"
 """Name prefix of the recording copies (selected with `-k sfrec`)."""
-MAX_PER_FUNCTION = 10
-"""Candidate expressions recorded per deciding test function."""
-MAX_INLINED = 2000
-"""Longest value (source characters) a local name is replaced by in a candidate."""
 _LEADING_ZERO = re.compile(r"(?<![\w.])0\d")
-_BUILTINS = frozenset(dir(builtins))
-_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{4,}(?![A-Za-z])")
-_SEPARATOR = re.compile(r"[\s.,;:()\[\]{}<>=*#|/-]")
-_WRAPPERS = {"len", "list", "tuple", "sorted", "set", "frozenset", "dict", "str", "repr",
-             "bool", "int", "float", "type", "isinstance", "next", "iter", "print", "any", "all"}
-
-
-def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
-    """Source texts of the expressions to evaluate at the end of `func`: the outermost calls
-    inside its assertions (`assert X == Y`, `self.assertEqual(X, Y)`) that are not builtins or
-    pytest's, and the sides of its comparisons that reach a call (`parse(sql)[0].value`), each
-    with one literal in a call's arguments nudged (`_nudged`; inside list, tuple and dict
-    displays too); then the same of the assertions with the local names that simple
-    assignments before them bound replaced by what was assigned (`s = 'a b'; assert f(s) == x`
-    gives `f('a c')`, `_inlined_assertions`); at most `MAX_PER_FUNCTION`, no repeats. Never an
-    expression as the test writes it, names replaced or not: the test's own assertion would
-    say what it returns, and so which check contradicts it."""
-    found: list[ast.expr] = []
-    for node in ast.walk(func):
-        if isinstance(node, ast.Assert):
-            found += _outer_calls(node.test) + _operands(node.test)
-        elif isinstance(node, ast.Call) and _is_unittest_assert(node):
-            for arg in node.args:
-                found += _outer_calls(arg) + _operands(arg)
-    inlined = [x for e in _inlined_assertions(func.body, {}) for x in _outer_calls(e) + _operands(e)]
-    written = {ast.unparse(expr) for expr in found + inlined}
-    nudged = [ast.unparse(v) for expr in found + inlined if _names_code(expr)
-              for v in _nudged_variants(expr)]
-    return [text for text in dict.fromkeys(nudged) if text not in written][:MAX_PER_FUNCTION]
-
-
-def _names_code(expr: ast.expr) -> bool:
-    """Whether `expr` names anything but builtins (`'-'.join(['a', 'b'])` computes a value
-    that no code under test changes)."""
-    return any(isinstance(n, ast.Name) and n.id not in _BUILTINS for n in ast.walk(expr))
-
-
-def _inlined_assertions(body: list[ast.stmt], env: dict[str, ast.expr]) -> list[ast.expr]:
-    """The asserted expressions of `body` (an `assert`'s test, a unittest assertion's
-    arguments) in source order, each with the names that `env` and the simple assignments
-    (`name = <expression without a lambda or comprehension>`) before it bound replaced by
-    their values; a name bound any other way (a loop, a `with`, a tuple, `+=`), or one whose
-    value is not a literal and whose object a statement may change (`_changed_names`), is
-    left as is from there on. A block inside sees the names
-    bound before it that it does not bind."""
-    env = dict(env)
-    out: list[ast.expr] = []
-    for stmt in body:
-        if isinstance(stmt, ast.Assert):
-            out.append(_inline(stmt.test, env))
-        elif (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-              and _is_unittest_assert(stmt.value)):
-            out += [_inline(arg, env) for arg in stmt.value.args]
-        for name in _changed_names(stmt) & env.keys():  # a new object would not have the
-            if not _is_literal(env[name]):                # state the test gave this one
-                env.pop(name)
-        for name in _bound_names(stmt):  # (a loop's names vary from one pass to the next)
-            env.pop(name, None)
-        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for field in ("body", "orelse", "finalbody"):
-                inner = getattr(stmt, field, None)
-                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    out += _inlined_assertions(inner, env)
-        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and not _has_scoped_names(stmt.value)):
-            value = _inline(stmt.value, env)
-            if len(ast.unparse(value)) <= MAX_INLINED:
-                env[stmt.targets[0].id] = value
-    return out
-
-
-def _bound_names(stmt: ast.stmt) -> set[str]:
-    """The names `stmt` binds or deletes anywhere in it (a nested function or class: its name)."""
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {stmt.name}
-    return {n.id for n in ast.walk(stmt)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-
-
-def _changed_names(stmt: ast.stmt) -> set[str]:
-    """Names whose object `stmt` may change: every name of a statement that is a bare
-    expression (`s.put(1)`, `fill(s)`), and the name under a target's attribute or index
-    (`s.x = 1`, `s[k] += 1`, `del s[k]`)."""
-    if isinstance(stmt, ast.Expr):
-        return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
-    targets = [t for n in ast.walk(stmt) if isinstance(n, (ast.Assign, ast.AugAssign,
-                                                           ast.AnnAssign, ast.Delete))
-               for t in (n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target])]
-    out = set()
-    for target in targets:
-        while isinstance(target, (ast.Attribute, ast.Subscript)):
-            target = target.value
-            if isinstance(target, ast.Name):
-                out.add(target.id)
-    return out
-
-
-def _is_literal(expr: ast.expr) -> bool:
-    try:
-        ast.literal_eval(expr)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
-
-
-class _Inliner(ast.NodeTransformer):
-    def __init__(self, env: dict[str, ast.expr]) -> None:
-        self.env = env
-
-    def visit_Name(self, node: ast.Name):
-        if isinstance(node.ctx, ast.Load) and node.id in self.env:
-            return copy.deepcopy(self.env[node.id])
-        return node
-
-    def visit_JoinedStr(self, node: ast.JoinedStr):  # (3.11 cannot write every value back
-        return node                                  # into an f-string's braces)
-
-
-def _inline(expr: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
-    """A copy of `expr` with the names of `env` replaced by their values."""
-    return _Inliner(env).visit(copy.deepcopy(expr)) if env else expr
-
-
-def _nudged_variants(expr: ast.expr) -> list[ast.expr]:
-    """Copies of `expr` with one literal of a call's arguments nudged (`_nudged`)."""
-    literals = {id(node) for node in _argument_literals(expr)}
-    nodes = list(ast.walk(expr))
-    out = []
-    for i in [i for i, node in enumerate(nodes) if id(node) in literals]:
-        for value in _nudged(nodes[i]):
-            new = copy.deepcopy(expr)
-            target = list(ast.walk(new))[i]
-            target.value = value
-            out.append(new)
-    return out
-
-
-def _argument_literals(expr: ast.expr) -> list[ast.Constant]:
-    """The constants in the arguments of the calls of `expr`, inside literal displays too."""
-    out: list[ast.Constant] = []
-
-    def collect(node: ast.AST) -> None:
-        if isinstance(node, ast.Constant):
-            out.append(node)
-        elif isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
-            for child in ast.iter_child_nodes(node):
-                collect(child)
-
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Call):
-            for arg in [*node.args, *(k.value for k in node.keywords)]:
-                collect(arg)
-    return out
-
-
-def _operands(expr: ast.AST) -> list[ast.expr]:
-    """The sides of a comparison that reach a call through an index or an attribute
-    (`parse(sql)[0].value`): a value the call alone may not show in its `repr`."""
-    if not isinstance(expr, ast.Compare):
-        return [] if isinstance(expr, ast.Call) else [
-            x for child in ast.iter_child_nodes(expr) for x in _operands(child)]
-    sides = [expr.left, *expr.comparators]
-    while any(isinstance(x, ast.Call) and _called_name(x) in _WRAPPERS for x in sides):
-        sides = [a for x in sides for a in (
-            x.args if isinstance(x, ast.Call) and _called_name(x) in _WRAPPERS else [x])]
-    return [x for x in sides if isinstance(x, (ast.Subscript, ast.Attribute))
-            and any(isinstance(n, ast.Call) for n in ast.walk(x)) and not _has_scoped_names(x)]
-
-
-def _is_unittest_assert(call: ast.Call) -> bool:
-    f = call.func
-    return (isinstance(f, ast.Attribute) and f.attr.startswith("assert")
-            and isinstance(f.value, ast.Name) and f.value.id == "self")
-
-
-def _outer_calls(expr: ast.AST) -> list[ast.Call]:
-    """The outermost calls of `expr` that are worth a probe (below a builtin wrapper)."""
-    if isinstance(expr, ast.Call):
-        name = _called_name(expr)
-        if name in _WRAPPERS:
-            return [c for a in expr.args for c in _outer_calls(a)]
-        if name.split(".")[0] in ("pytest", "self", "mock", "unittest"):
-            return []
-        return [expr] if not _has_scoped_names(expr) else []
-    if isinstance(expr, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-        return []
-    return [c for child in ast.iter_child_nodes(expr) for c in _outer_calls(child)]
-
-
-def _called_name(call: ast.Call) -> str:
-    parts, f = [], call.func
-    while isinstance(f, ast.Attribute):
-        parts.append(f.attr)
-        f = f.value
-    if isinstance(f, ast.Name):
-        parts.append(f.id)
-    return ".".join(reversed(parts))
-
-
-def _has_scoped_names(expr: ast.AST) -> bool:
-    """Whether `expr` holds a lambda or a comprehension (names bound only inside it)."""
-    return any(isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
-                              ast.GeneratorExp, ast.NamedExpr)) for n in ast.walk(expr))
-
-
-def _nudged(node: ast.AST) -> list:
-    """Values near a literal: a number one up and one down; a string's first digit plus one,
-    or, in a text of several words with none, the last letter of its longest word (four
-    letters or more) moved one on in the alphabet (`'select a from table'` ->
-    `'select a from tablf'`): the text keeps its shape, its value changes."""
-    if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
-        return []
-    value = node.value
-    if type(value) in (int, float):
-        return [value + 1, value - 1]
-    if type(value) is str:
-        at = next((i for i, ch in enumerate(value) if ch.isdigit()), None)
-        if at is not None:
-            return [value[:at] + str((int(value[at]) + 1) % 10) + value[at + 1:]]
-        words = list(_WORD.finditer(value)) if _SEPARATOR.search(value.strip()) else []
-        if words:
-            word = max(reversed(words), key=lambda m: len(m[0]))  # the last of the longest
-            at = word.end() - 1
-            return [value[:at] + _next_letter(value[at]) + value[at + 1:]]
-    return []
-
-
-def _next_letter(ch: str) -> str:
-    base = ord("a") if ch.islower() else ord("A")
-    return chr(base + (ord(ch) - base + 1) % 26)
 
 
 class _SoftAsserts(ast.NodeTransformer):
@@ -277,7 +44,7 @@ class _SoftAsserts(ast.NodeTransformer):
         return _try_pass(ast.Expr(node.test), node)
 
     def visit_Expr(self, node: ast.Expr):
-        if isinstance(node.value, ast.Call) and _is_unittest_assert(node.value):
+        if isinstance(node.value, ast.Call) and is_unittest_assert(node.value):
             return _try_pass(node, node)
         return node
 

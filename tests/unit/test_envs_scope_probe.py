@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
+from swefleet.envs.synth.scope_candidates import candidate_calls, raised
 from swefleet.envs.synth.scope_probe import (
-    candidate_calls,
     candidates_for_pick,
     combined,
     decoys,
@@ -63,16 +63,18 @@ def _function(source: str) -> ast.FunctionDef:
     return ast.parse(source).body[0]
 
 
-def test_candidates_are_nudged_calls_first_then_the_calls_as_written():
+def test_candidates_are_nudged_calls_and_what_the_calls_expected_to_raise_raise():
     func = _function("def test_x(c, s):\n    c.put(1, 2)\n    assert c.get(3, key='v7') == 6\n"
                      "    assert len(s.parse('a1')[0].tokens) == 2\n"
                      "    assert sorted(c.keys()) == [1]\n    with pytest.raises(KeyError):\n"
                      "        c.pop(9)\n    assert all(f(x) for x in c)\n"
                      "    self.assertEqual(c.size(5), 1)\n")
+    raised = "__import__('pytest').raises(BaseException, lambda: {}).value"
     assert candidate_calls(func) == [
         "c.get(4, key='v7')", "c.get(2, key='v7')", "c.get(3, key='v8')", "s.parse('a2')",
-        "s.parse('a2')[0].tokens", "c.size(6)", "c.size(4)"]  # never one as written; nothing
-    # from pytest.raises or a generator
+        "s.parse('a2')[0].tokens", "c.size(6)", "c.size(4)", raised.format("c.pop(10)"),
+        raised.format("c.pop(8)")]  # never one as written; nothing from a generator; what
+    # the call in pytest.raises raises, last
     nested = _function("def test_q(q):\n    assert q({'n': [1, 'x9']}) and not q({})\n")
     assert candidate_calls(nested) == ["q({'n': [2, 'x9']})", "q({'n': [0, 'x9']})",
                                        "q({'n': [1, 'x0']})"]
@@ -100,6 +102,16 @@ def test_names_bound_by_simple_assignments_are_replaced_by_their_values_before_n
         "fmt(1.5, 'x1')", "fmt(2.5, 'x2')"]  # (never Cache(3).get(...): c was changed)
 
 
+def test_a_test_class_assertion_method_gives_what_it_raises_on_its_first_argument_nudged():
+    func = _function("def test_md(self):\n"
+                     "    self.assertRenders(self.dedent('a *b* 2'), '<p>a <em>b</em> 2</p>', x=[1])\n"
+                     "    self.assertEqual(render('- item'), '<ul><li>item</li></ul>')\n")
+    assert candidate_calls(func) == [
+        "render('- iten')",  # unittest's assertEqual: its arguments are values
+        raised("self.assertRenders(self.dedent('a *b* 3'), '<p>a <em>b</em> 2</p>', x=[1])")
+    ]  # only the first argument nudged: the second is what the test expects
+
+
 def test_recording_copies_run_every_assertion_and_record_each_candidate(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text(PACKAGE)
@@ -111,9 +123,12 @@ def test_recording_copies_run_every_assertion_and_record_each_candidate(tmp_path
                      "tests/test_c.py::TestMore::test_total": []}
     exprs["tests/test_c.py::test_get"].pop()
     exprs["tests/test_c.py::test_get"].append("(cache.get(2), cache.get(1),)")
-    exprs["tests/test_c.py::TestMore::test_total"].append("c.total()")
+    exprs["tests/test_c.py::TestMore::test_total"] += ["c.total()", raised("c.total('x')"),
+                                                       raised("c.total(1)")]
     text, keys = recording_file(TESTS, exprs, str(out))
     assert sorted(keys.values()) == [
+        ("tests/test_c.py::TestMore::test_total", raised("c.total('x')")),
+        ("tests/test_c.py::TestMore::test_total", raised("c.total(1)")),
         ("tests/test_c.py::TestMore::test_total", "c.total()"),
         ("tests/test_c.py::test_get", "(cache.get(2), cache.get(1),)"),
         ("tests/test_c.py::test_get", "cache.get(2)")]
@@ -123,12 +138,14 @@ def test_recording_copies_run_every_assertion_and_record_each_candidate(tmp_path
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "-o", "addopts=", "-k", "sfrec", "tests/test_c.py"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120, check=False)
-    assert run.returncode == 0 and "4 passed" in run.stdout, run.stdout[-2000:]  # none fails
+    assert run.returncode == 0 and "8 passed" in run.stdout, run.stdout[-2000:]  # none fails
     values = read_values(out.read_text(), keys)
     by_expr = {keys[k][1]: v for k, v in values.items()}
     assert by_expr == {"cache.get(2)": "None",
                        "(cache.get(2), cache.get(1),)": "(None, 30)",
-                       "c.total()": None}  # the two parameters disagree (1, 2)
+                       "c.total()": None,  # the two parameters disagree (1, 2)
+                       raised("c.total('x')"): "TypeError(\"unsupported operand type(s) for +: 'int' and 'str'\")",
+                       raised("c.total(1)"): None}  # it returned: no value
 
 
 def test_recorded_lines_that_raise_name_an_address_or_are_missing_give_none():
