@@ -88,39 +88,51 @@ def _asserted(body: list[ast.stmt], env: dict[str, ast.expr]
     env = dict(env)
     out: list[tuple[ast.expr, ast.AST | None]] = []
     for stmt in body:
-        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
-            else None
-        if isinstance(stmt, ast.Assert):
-            out.append((_inline(stmt.test, env), None))
-        elif call is not None and is_unittest_assert(call):
-            if call.func.attr in _TESTCASE_ASSERTS:
-                out += [(_inline(arg, env), None) for arg in call.args]
-            elif call.args:
-                inlined = _inline(call, env)
-                out.append((inlined, inlined.args[0]))
-        else:
-            for name in _changed_names(stmt) & env.keys():  # a new object would not have
-                if not _is_literal(env[name]):                # the state the test gave it
+        parts = _assertion_parts(stmt, env)
+        out += parts or []
+        if parts is None:  # a new object would not have the state the test gave this one
+            for name in _changed_names(stmt) & env.keys():
+                if not _is_literal(env[name]):
                     env.pop(name)
         for name in _bound_names(stmt):  # (a loop's names vary from one pass to the next)
             env.pop(name, None)
         if _expects_raise(stmt):
-            for inner in stmt.body:
-                if isinstance(inner, (ast.Expr, ast.Assign)) and isinstance(inner.value,
-                                                                            ast.Call):
-                    inlined = _inline(inner.value, env)
-                    out.append((inlined, inlined))
+            out += [(call, call) for call in (_inline(inner.value, env) for inner in stmt.body
+                                              if isinstance(inner, (ast.Expr, ast.Assign))
+                                              and isinstance(inner.value, ast.Call))]
         if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             for field in ("body", "orelse", "finalbody"):
                 inner = getattr(stmt, field, None)
                 if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
                     out += _asserted(inner, env)
-        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and not _has_scoped_names(stmt.value)):
-            value = _inline(stmt.value, env)
-            if len(ast.unparse(value)) <= MAX_INLINED:
-                env[stmt.targets[0].id] = value
+        _remember(stmt, env)
     return out
+
+
+def _assertion_parts(stmt: ast.stmt, env: dict[str, ast.expr]
+                     ) -> list[tuple[ast.expr, ast.AST | None]] | None:
+    """`_asserted`'s entries for `stmt`, names replaced; None when it is no assertion."""
+    if isinstance(stmt, ast.Assert):
+        return [(_inline(stmt.test, env), None)]
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and is_unittest_assert(call)):
+        return None
+    if call.func.attr in _TESTCASE_ASSERTS:
+        return [(_inline(arg, env), None) for arg in call.args]
+    if not call.args:
+        return []
+    inlined = _inline(call, env)
+    return [(inlined, inlined.args[0])]
+
+
+def _remember(stmt: ast.stmt, env: dict[str, ast.expr]) -> None:
+    """Bind the name of a simple assignment (`name = <expression without a lambda or
+    comprehension>`) to its value, names replaced, in `env`."""
+    if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and not _has_scoped_names(stmt.value)):
+        value = _inline(stmt.value, env)
+        if len(ast.unparse(value)) <= MAX_INLINED:
+            env[stmt.targets[0].id] = value
 
 
 def _expects_raise(stmt: ast.stmt) -> bool:
@@ -279,7 +291,7 @@ def _nudged(node: ast.AST) -> list:
     if type(value) in (int, float):
         return [value + 1, value - 1]
     if type(value) is str:
-        at = next((i for i, ch in enumerate(value) if ch.isdigit()), None)
+        at = next((i for i, ch in enumerate(value) if ch.isdecimal()), None)
         if at is not None:
             return [value[:at] + str((int(value[at]) + 1) % 10) + value[at + 1:]]
         words = list(_WORD.finditer(value)) if _SEPARATOR.search(value.strip()) else []

@@ -75,6 +75,8 @@ def test_candidates_are_nudged_calls_and_what_the_calls_expected_to_raise_raise(
         "s.parse('a2')[0].tokens", "c.size(6)", "c.size(4)", raised.format("c.pop(10)"),
         raised.format("c.pop(8)")]  # never one as written; nothing from a generator; what
     # the call in pytest.raises raises, last
+    squared = _function("def test_u(f):\n    assert f('m²', 'a 2') == 1\n")
+    assert candidate_calls(squared) == ["f('m²', 'a 3')"]  # '²' is a digit, not a decimal one
     nested = _function("def test_q(q):\n    assert q({'n': [1, 'x9']}) and not q({})\n")
     assert candidate_calls(nested) == ["q({'n': [2, 'x9']})", "q({'n': [0, 'x9']})",
                                        "q({'n': [1, 'x0']})"]
