@@ -31,7 +31,7 @@ from swefleet.envs import behaviour
 from swefleet.envs.canary_ids import function_id
 from swefleet.envs.canary_twins import TWINS
 from swefleet.envs.gradelog import patch_paths
-from swefleet.envs.synth import scope_probe
+from swefleet.envs.synth import scope_candidates, scope_probe
 from swefleet.envs.synth.mutators import find_mutations
 
 from swefleet.types import Task
@@ -169,9 +169,8 @@ def _nudged(value) -> list:
     if type(value) is int:
         return [value + 1]
     if type(value) is str:
-        digit = next((i for i, ch in enumerate(value) if ch in "0123456789"), None)
-        if digit is not None:
-            return [value[:digit] + str((int(value[digit]) + 1) % 10) + value[digit + 1:]]
+        digit_up = scope_candidates.first_digit_up(value)
+        return [] if digit_up is None else [digit_up]
     return []
 
 

@@ -291,15 +291,21 @@ def _nudged(node: ast.AST) -> list:
     if type(value) in (int, float):
         return [value + 1, value - 1]
     if type(value) is str:
-        at = next((i for i, ch in enumerate(value) if ch.isdecimal()), None)
-        if at is not None:
-            return [value[:at] + str((int(value[at]) + 1) % 10) + value[at + 1:]]
+        digit_up = first_digit_up(value)
+        if digit_up is not None:
+            return [digit_up]
         words = list(_WORD.finditer(value)) if _SEPARATOR.search(value.strip()) else []
         if words:
             word = max(reversed(words), key=lambda m: len(m[0]))  # the last of the longest
             at = word.end() - 1
             return [value[:at] + _next_letter(value[at]) + value[at + 1:]]
     return []
+
+
+def first_digit_up(text: str) -> str | None:
+    """`text` with its first digit (0-9) one up, 9 giving 0; None when it has none."""
+    at = next((i for i, ch in enumerate(text) if ch in "0123456789"), None)
+    return None if at is None else text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:]
 
 
 def _next_letter(ch: str) -> str:
