@@ -34,6 +34,7 @@ from swefleet.orchestrator.metrics import cost_metrics, rollout_metrics, rollout
 from swefleet.orchestrator.resume import ResumePoint
 from swefleet.orchestrator.retention import prune_weights
 from swefleet.orchestrator.rollout import RolloutFn, RolloutHandle
+from swefleet.orchestrator.trainer_proc import trainer_disk_pause
 
 from swefleet.batch import pack_samples, write_batch
 from swefleet.filewatch import FileWatch
@@ -322,9 +323,12 @@ class RLLoop:
         try:
             await self._wait_version(version, self.cfg.weights_timeout_s)
         except TimeoutError:
+            pause = trainer_disk_pause(self.run_dir)
             raise RunAborted(
                 f"the trainer published no policy v{version} within weights_timeout_s="
-                f"{self.cfg.weights_timeout_s:g}s (see logs/trainer.log)") from None
+                f"{self.cfg.weights_timeout_s:g}s "
+                + (f"because its export waits for disk space ({pause})" if pause
+                   else "(see logs/trainer.log)")) from None
 
     def _count_drop(self, reason: str, episode_ids: list[str], n: int | None = None) -> None:
         """Count `n` drops (default: one per episode) and record them in the run dir with the

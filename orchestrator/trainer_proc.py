@@ -137,6 +137,22 @@ def trainer_problem(proc: subprocess.Popen, run_dir: RunDir) -> str | None:
     return f"trainer process exited with code {code}; last log lines:\n{tail}"
 
 
+def trainer_disk_pause(run_dir: RunDir, tail_bytes: int = 65536) -> str | None:
+    """The trainer's low-disk warning when its latest disk message says it is still waiting for
+    room to write (`trainer/disk_guard.py`), else None: why no new version comes."""
+    log_path = run_dir.logs / "trainer.log"
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, log_path.stat().st_size - tail_bytes))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    disk_lines = [ln for ln in text.splitlines() if "low disk:" in ln or "disk: room again" in ln]
+    if disk_lines and "low disk:" in disk_lines[-1] and "paused until there is room" in disk_lines[-1]:
+        return disk_lines[-1][disk_lines[-1].index("low disk:"):]
+    return None
+
+
 class TrainerMetricsTail:
     """The trainer's step records as `trainer/...` step metrics.
 

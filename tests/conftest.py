@@ -9,6 +9,20 @@ from pathlib import Path
 
 import pytest
 
+# --- the machine: free disk, shown in the header ----------------------------------------------
+
+
+def pytest_report_header(config):
+    """Free space where the tests write: the trainer's exports wait while less than
+    `trainer.disk_min_free_gb` (1 GB) is free, so a nearly full disk shows up as slow runs."""
+    import tempfile
+
+    from swefleet.diskspace import GB, free_bytes
+
+    where = {"tmp": tempfile.gettempdir(), "repo": str(config.rootpath)}
+    return "free disk: " + ", ".join(f"{name} {free_bytes(p) / GB:.1f} GB" for name, p in where.items())
+
+
 # --- envs sandbox layer: no leaked containers, a tiny task image ----------------------------
 
 

@@ -222,6 +222,35 @@ async def test_weights_timeout_is_a_clear_run_error(tmp_path):
         await asyncio.wait_for(loop.run(), 10)
 
 
+PAUSED = ("09:00:00 WARNING swefleet.trainer.disk_guard: low disk: 0.61 GB free on the filesystem"
+          " of run/weights, 0.01 GB needed and trainer.disk_min_free_gb=1 kept free: weights v2"
+          " paused until there is room (checked every 10 s)")
+
+
+@pytest.mark.parametrize(("log_lines", "says_disk"), [
+    ([PAUSED], True),
+    ([PAUSED, "09:01:00 WARNING swefleet.trainer.disk_guard: disk: room again (2.00 GB free)"],
+     False),
+    (["09:00:00 INFO swefleet.trainer.main: step 0"], False),
+])
+async def test_weights_timeout_names_an_export_waiting_for_disk(tmp_path, log_lines, says_disk):
+    run_dir = RunDir(tmp_path)
+    (run_dir.logs / "trainer.log").write_text("\n".join(log_lines) + "\n")
+    cfg = OrchestratorConfig(steps=2, groups_per_step=1, rollouts_per_task=2,
+                             weights_timeout_s=0.3)
+    state: dict = {}
+
+    async def update(version, path):
+        pass
+
+    loop = RLLoop(cfg, make_rollout(state), TASKS, run_dir, update)
+    state["loop"] = loop
+    with pytest.raises(RunAborted) as err:
+        await asyncio.wait_for(loop.run(), 10)
+    assert ("waits for disk space (low disk: 0.61 GB free" in str(err.value)) == says_disk
+    assert ("see logs/trainer.log" in str(err.value)) != says_disk
+
+
 @pytest.mark.parametrize("async_level", [0, 1])
 async def test_empty_batches_are_recut_without_a_hang_and_then_abort(tmp_path, async_level):
     """A batch with nothing trainable (zero-variance groups dropped) is re-cut: the producer
