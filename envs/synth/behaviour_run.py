@@ -220,7 +220,8 @@ async def _record(sb, task: Task) -> Recorded:
     rest = [f for f in out.deciding if f not in out.probes]
     if rest:
         mutants = mutant_sources(gold, base, called, SCOPE_MUTANTS, seed=len(task.instance_id))
-        out.probes.update(await _scope_probes(sb, rest, gold, base, mutants, text))
+        tests = [t for t in task.FAIL_TO_PASS if function_id(t) in rest]
+        out.probes.update(await _scope_probes(sb, tests, gold, base, mutants, text))
     if not out.probes:
         out.reason = ("the deciding tests made no plain call and no call in their scope tells "
                       "the gold behaviour apart" if not out.calls else
@@ -261,12 +262,12 @@ async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: di
     return called
 
 
-async def _scope_probes(sb, functions: list[str], gold: dict[str, str], base: dict[str, str],
+async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[str, str],
                         mutants: list[tuple[str, str]], text: str) -> dict[str, dict]:
-    """Probes in the deciding tests' own scope (`scope_probe.py`) for `functions`: their test
-    files get recording copies, run with the gold code (two hash seeds), the base code and
-    each mutant."""
-    files = sorted({f.split("::", 1)[0] for f in functions})
+    """Probes in the deciding tests' own scope (`scope_probe.py`) for the functions of `tests`
+    (test ids): their test files get recording copies, run with the gold code (two hash
+    seeds), the base code and each mutant."""
+    files = sorted({f.split("::", 1)[0] for f in tests})
     read = {p: await _read(sb, p) for p in files}
     originals = {p: source for p, source in read.items() if source is not None}
 
@@ -275,7 +276,7 @@ async def _scope_probes(sb, functions: list[str], gold: dict[str, str], base: di
         for path, original in originals.items():
             try:
                 exprs = scope_probe.function_candidates(
-                    original, [f for f in functions if f.startswith(path + "::")])
+                    original, [t for t in tests if t.startswith(path + "::")])
                 for func in exprs:
                     exprs[func] += [extra[func]] if func in extra else []
                 rewritten, found = scope_probe.recording_file(original, exprs, _SCOPE_OUT,

@@ -17,6 +17,8 @@ import copy
 import re
 import unittest
 
+from swefleet.envs.synth.scope_params import dotted_name
+
 MAX_PER_FUNCTION = 10
 """Candidate expressions recorded per deciding test function."""
 MAX_INLINED = 2000
@@ -25,12 +27,13 @@ _BUILTINS = frozenset(dir(builtins))
 _TESTCASE_ASSERTS = frozenset(n for n in dir(unittest.TestCase) if n.startswith("assert"))
 _RAISES = ("raises", "assertRaises", "assertRaisesRegex")
 _WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{4,}(?![A-Za-z])")
-_SEPARATOR = re.compile(r"[\s.,;:()\[\]{}<>=*#|/-]")
+_SEPARATOR = re.compile(r"[\s.,;:()\[\]{}<>=*#|/_-]")
 _WRAPPERS = {"len", "list", "tuple", "sorted", "set", "frozenset", "dict", "str", "repr",
              "bool", "int", "float", "type", "isinstance", "next", "iter", "print", "any", "all"}
 
 
-def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef,
+                    params: list[dict[str, ast.expr]] | None = None) -> list[str]:
     """Source texts of the expressions to evaluate at the end of `func`: the outermost calls
     inside its assertions (`assert X == Y`, `self.assertEqual(X, Y)`) that are not builtins or
     pytest's, and the sides of its comparisons that reach a call (`parse(sql)[0].value`), each
@@ -42,7 +45,8 @@ def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     (`self.assertMarkdownRenders(source, expected)`, its first argument nudged); at most
     `MAX_PER_FUNCTION`, no repeats. Never an expression as the test writes it, names replaced
     or not: the test's own assertion would say what it returns, and so which check
-    contradicts it."""
+    contradicts it. A parametrized test's assertions are read with each of `params` (its
+    parameter sets, `scope_params.parameter_sets`) bound, in turn."""
     found: list[ast.expr] = []
     for node in ast.walk(func):
         if isinstance(node, ast.Assert):
@@ -50,7 +54,7 @@ def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
         elif isinstance(node, ast.Call) and is_unittest_assert(node):
             for arg in node.args:
                 found += _outer_calls(arg) + _operands(arg)
-    asserted = _asserted(func.body, {})
+    asserted = [x for env in params or [{}] for x in _asserted(func.body, env)]
     inlined = [x for e, nudge_in in asserted if nudge_in is None
                for x in _outer_calls(e) + _operands(e)]
     raising = [(e, nudge_in) for e, nudge_in in asserted if nudge_in is not None]
@@ -219,6 +223,8 @@ def _argument_literals(expr: ast.expr) -> list[ast.Constant]:
     def collect(node: ast.AST) -> None:
         if isinstance(node, ast.Constant):
             out.append(node)
+        elif isinstance(node, ast.Starred):
+            collect(node.value)
         elif isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
             for child in ast.iter_child_nodes(node):
                 collect(child)
@@ -265,13 +271,7 @@ def _outer_calls(expr: ast.AST) -> list[ast.Call]:
 
 
 def _called_name(call: ast.Call) -> str:
-    parts, f = [], call.func
-    while isinstance(f, ast.Attribute):
-        parts.append(f.attr)
-        f = f.value
-    if isinstance(f, ast.Name):
-        parts.append(f.id)
-    return ".".join(reversed(parts))
+    return dotted_name(call.func)
 
 
 def _has_scoped_names(expr: ast.AST) -> bool:

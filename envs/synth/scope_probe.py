@@ -30,7 +30,8 @@ import re
 from swefleet.envs import safe_ast
 from swefleet.envs.canary_twins import find_function
 from swefleet.envs.synth.call_values import ADDRESS, MAX_REPR, fixed_hash, hash_ordered
-from swefleet.envs.synth.scope_candidates import candidate_calls, is_unittest_assert
+from swefleet.envs.synth.scope_candidates import MAX_INLINED, candidate_calls, is_unittest_assert
+from swefleet.envs.synth.scope_params import module_values, parameter_sets
 
 REC_PREFIX = "test_sfrec_"
 """Name prefix of the recording copies (selected with `-k sfrec`)."""
@@ -81,11 +82,24 @@ def _record_lines(key: str, expr: str, out_path: str) -> list[str]:
             f"    _sfrec_f.write(__import__('json').dumps([{key!r}, _sfrec_v]) + '\\n')"]
 
 
-def function_candidates(text: str, functions: list[str]) -> dict[str, list[str]]:
-    """`candidate_calls` of each of `functions` (ids `path::[Class::]name`) found in `text`."""
+def function_candidates(text: str, tests: list[str]) -> dict[str, list[str]]:
+    """`candidate_calls` of the function of each of `tests` (ids `path::[Class::]name[params]`)
+    found in `text`, keyed by function id; a parametrized one's with its parameter sets bound,
+    the sets of `tests` first."""
     tree = safe_ast.parse(text)
-    found = {func: find_function(tree, func.split("::")[1:]) for func in functions}
-    return {func: candidate_calls(hit[0]) for func, hit in found.items() if hit is not None}
+    wanted: dict[str, set[str]] = {}
+    for test in tests:
+        func, _, params = test.partition("[")
+        wanted.setdefault(func, set()).update([params[:-1]] if params else [])
+    values = module_values(tree)
+    out = {}
+    for func, ids in wanted.items():
+        hit = find_function(tree, func.split("::")[1:])
+        if hit is not None:
+            sets = [env for env in parameter_sets(hit[0], values, frozenset(ids))
+                    if all(len(ast.unparse(v)) <= MAX_INLINED for v in env.values())]
+            out[func] = candidate_calls(hit[0], sets)
+    return out
 
 
 def combined(runs: list[dict[str, str | None]], keys: dict[str, tuple[str, str]]
