@@ -21,6 +21,9 @@ import random
 import re
 
 from pydantic import BaseModel, Field
+from swefleet.envs import safe_ast
+
+_NUDGE_WORD = re.compile(r"[A-Za-z0-9]{4,}")
 
 
 class ProbeCall(BaseModel):
@@ -111,6 +114,21 @@ def shown(value: str, text: str) -> bool:
     return any(re.search(_whole(form), text) for form in forms if form)
 
 
+def passes_a_nudge_through(expr: str, value: str, text: str) -> bool:
+    """Whether a word of `expr`'s texts that `text` (the tests and the issue) never writes,
+    one a nudge made (`mytablf`), shows up in `value`: a hack that applies the same change
+    to the output the tests expect could write such a value without the behaviour."""
+    if not expr:
+        return False
+    try:
+        tree = safe_ast.parse(expr, mode="eval")
+    except SyntaxError:
+        return False
+    words = {w for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             for w in _NUDGE_WORD.findall(n.value)}
+    return any(w in value and not re.search(_whole(w), text) for w in words)
+
+
 def _whole(form: str) -> str:
     head = r"(?<!\w)" if re.match(r"\w", form) else ""
     tail = r"(?!\w)" if re.match(r"\w", form[-1]) else ""
@@ -146,7 +164,8 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
         if not (decides or others):
             continue
         init, history, scope = c.get("init", ""), c.get("history", ""), c.get("scope", "")
-        rank = (not c["changed"], not c["inner"], re.split("[:.]", c["call"])[-1][:1] == "_",
+        rank = (passes_a_nudge_through(c.get("scope", ""), gold, text), not c["changed"],
+                not c["inner"], re.split("[:.]", c["call"])[-1][:1] == "_",
                 len(c["args"]) + len(c["kwargs"]) + len(init) + len(history) + len(scope)
                 + len(gold))
         kept.append((rank, ProbeCall(call=c["call"], args=c["args"], kwargs=c["kwargs"],

@@ -53,6 +53,23 @@ def test_shown_reads_whole_words_and_reprs():
     assert not behaviour.shown("12", "x = 123")
 
 
+def test_a_probe_whose_nudged_word_shows_in_its_value_comes_after_one_whose_does_not():
+    text = "def test_fmt():\n    assert fmt('select a from mytable') == 'SELECT a FROM mytable'\n"
+    through = {**_candidate(traced=None, gold=("'SELECT a FROM mytablf'",) * 2,
+                            base="'select a from mytablf'", mutants=("'x'", "'y'")),
+               "scope": "fmt('select a from mytablf')"}
+    hidden = {**_candidate(traced=None, gold=("3",) * 2, base="4", mutants=("5", "6")),
+              "scope": "count('select a from mytablf', 'a')"}
+    assert behaviour.passes_a_nudge_through(through["scope"], through["gold"][0], text)
+    assert not behaviour.passes_a_nudge_through(hidden["scope"], hidden["gold"][0], text)
+    assert not behaviour.passes_a_nudge_through("fmt('select a from mytable')",
+                                                "'SELECT a FROM mytable'", text)  # as written
+    probe = behaviour.pick([through, hidden], text, twins=2)
+    assert probe.calls[0].scope == hidden["scope"]  # first, though longer
+    assert behaviour.pick([through], text, twins=2).calls[0].scope == through["scope"]  # still
+    # a probe: the hack must guess that the change passes through
+
+
 def _module(tmp_path, name: str, body: str) -> None:
     (tmp_path / f"{name}.py").write_text(body)
     sys.modules.pop(name, None)
