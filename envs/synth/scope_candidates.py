@@ -28,6 +28,8 @@ _TESTCASE_ASSERTS = frozenset(n for n in dir(unittest.TestCase) if n.startswith(
 _RAISES = ("raises", "assertRaises", "assertRaisesRegex")
 _WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{4,}(?![A-Za-z])")
 _SEPARATOR = re.compile(r"[\s.,;:()\[\]{}<>=*#|/_-]")
+_REPLAYED = "_sfo"
+"""The name a replay (`_replay`) gives the object it builds."""
 _WRAPPERS = {"len", "list", "tuple", "sorted", "set", "frozenset", "dict", "str", "repr",
              "bool", "int", "float", "type", "isinstance", "next", "iter", "print", "any", "all"}
 
@@ -94,8 +96,9 @@ def _asserted(body: list[ast.stmt], env: dict[str, ast.expr]
     for stmt in body:
         parts = _assertion_parts(stmt, env)
         out += parts or []
-        if parts is None:  # a new object would not have the state the test gave this one
-            for name in _changed_names(stmt) & env.keys():
+        if parts is None:  # a new object would not have the state the test gave this one,
+            replayed = _replay(stmt, env)  # unless the calls that gave it are made again
+            for name in _changed_names(stmt) & env.keys() - replayed:
                 if not _is_literal(env[name]):
                     env.pop(name)
         for name in _bound_names(stmt):  # (a loop's names vary from one pass to the next)
@@ -137,6 +140,35 @@ def _remember(stmt: ast.stmt, env: dict[str, ast.expr]) -> None:
         value = _inline(stmt.value, env)
         if len(ast.unparse(value)) <= MAX_INLINED:
             env[stmt.targets[0].id] = value
+
+
+def _replay(stmt: ast.stmt, env: dict[str, ast.expr]) -> set[str]:
+    """For a statement that calls a method of a name `env` binds to an object
+    (`interp.run('x = 1')`), bind that name to an expression that builds the object and makes
+    the call on it (`(lambda _sfo: (_sfo.run('x = 1'), _sfo)[-1])(make_interpreter())`), its
+    other names replaced; returns the names so bound (none for any other statement)."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not isinstance(call, ast.Call) or _has_scoped_names(call):
+        return set()
+    receiver = call.func
+    while isinstance(receiver, (ast.Attribute, ast.Subscript)):
+        receiver = receiver.value
+    if not (receiver is not call.func and isinstance(receiver, ast.Name)
+            and receiver.id in env and not _is_literal(env[receiver.id])):
+        return set()
+    name = receiver.id
+    made = _inline(call, {k: v for k, v in env.items() if k != name})
+    made = _Inliner({name: ast.Name(_REPLAYED, ast.Load())}).visit(made)
+    replay = ast.Call(ast.Lambda(
+        ast.arguments(posonlyargs=[], args=[ast.arg(_REPLAYED)], kwonlyargs=[], kw_defaults=[],
+                      defaults=[]),
+        ast.Subscript(ast.Tuple([made, ast.Name(_REPLAYED, ast.Load())], ast.Load()),
+                      ast.UnaryOp(ast.USub(), ast.Constant(1)), ast.Load())),
+        [env[name]], [])
+    if len(ast.unparse(replay)) > MAX_INLINED:
+        return set()
+    env[name] = replay
+    return {name}
 
 
 def _expects_raise(stmt: ast.stmt) -> bool:
@@ -201,8 +233,12 @@ def _inline(expr: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
 
 def _nudged_variants(expr: ast.expr, within: ast.AST | None = None) -> list[ast.expr]:
     """Copies of `expr` with one literal of a call's arguments nudged (`_nudged`); only the
-    literals inside `within` (a node of `expr`) when given."""
+    literals inside `within` (a node of `expr`) when given, else only those inside its
+    replays where it has some (the object's own calls are nudged as the test writes them)."""
     literals = {id(node) for node in _argument_literals(expr)}
+    replays = [n for n in ast.walk(expr) if isinstance(n, ast.Call) and _is_replay(n.func)]
+    if within is None and replays:
+        literals &= {id(node) for r in replays for node in ast.walk(r)}
     if within is not None and within is not expr:
         literals &= {id(node) for node in ast.walk(within)}
     nodes = list(ast.walk(expr))
@@ -259,6 +295,8 @@ def is_unittest_assert(call: ast.Call) -> bool:
 def _outer_calls(expr: ast.AST) -> list[ast.Call]:
     """The outermost calls of `expr` that are worth a probe (below a builtin wrapper)."""
     if isinstance(expr, ast.Call):
+        if _is_replay(expr.func):  # the rebuilt object itself: its value is its state
+            return []
         name = _called_name(expr)
         if name in _WRAPPERS:
             return [c for a in expr.args for c in _outer_calls(a)]
@@ -275,9 +313,15 @@ def _called_name(call: ast.Call) -> str:
 
 
 def _has_scoped_names(expr: ast.AST) -> bool:
-    """Whether `expr` holds a lambda or a comprehension (names bound only inside it)."""
+    """Whether `expr` holds a lambda or a comprehension (names bound only inside it), other
+    than the replays `_replay` makes."""
     return any(isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
-                              ast.GeneratorExp, ast.NamedExpr)) for n in ast.walk(expr))
+                              ast.GeneratorExp, ast.NamedExpr))
+               and not _is_replay(n) for n in ast.walk(expr))
+
+
+def _is_replay(node: ast.AST) -> bool:
+    return isinstance(node, ast.Lambda) and [a.arg for a in node.args.args] == [_REPLAYED]
 
 
 def _nudged(node: ast.AST) -> list:

@@ -101,7 +101,24 @@ def test_names_bound_by_simple_assignments_are_replaced_by_their_values_before_n
     assert candidate_calls(func) == [
         "c.get(2)", "c.get(0)", "fmt(s, 8)", "fmt(s, 6)",  # as written, nudged; then replaced
         "parse('select foo from mytablf')[0].alias()", "fmt('x2')", "fmt(3.5, 'x1')",
-        "fmt(1.5, 'x1')", "fmt(2.5, 'x2')"]  # (never Cache(3).get(...): c was changed)
+        "fmt(1.5, 'x1')", "fmt(2.5, 'x2')",  # never Cache(3).get(...): c was changed;
+        "(lambda _sfo: (_sfo.put(1), _sfo)[-1])(Cache(4)).get(1)"]  # rebuilt, its calls made
+    # again (then cut: ten candidates at most)
+
+
+def test_an_object_changed_by_its_own_calls_is_rebuilt_with_them_one_literal_nudged():
+    func = _function("def test_d(nested):\n"
+                     "    i = make(nested=nested)\n"
+                     "    i.run('d = [1, 3, 5]')\n"
+                     "    i.run('del d[1]')\n"
+                     "    fill(i)\n"  # not a call of its own: not replayed
+                     "    assert i('d') == [1, 5]\n"
+                     "    j = make()\n"
+                     "    j.run('e = 7')\n"
+                     "    assert j.get('e') == 7 and j.x == 7\n")
+    replay = "(lambda _sfo: ({}, _sfo)[-1])"
+    rebuilt = (replay.format("_sfo.run('e = 8')") + "(make())")
+    assert candidate_calls(func) == [rebuilt + ".get('e')", rebuilt + ".x"]  # i: not rebuilt
 
 
 def test_a_test_class_assertion_method_gives_what_it_raises_on_its_first_argument_nudged():
