@@ -35,7 +35,8 @@ _WRAPPERS = {"len", "list", "tuple", "sorted", "set", "frozenset", "dict", "str"
 
 
 def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef,
-                    params: list[dict[str, ast.expr]] | None = None) -> list[str]:
+                    params: list[dict[str, ast.expr]] | None = None,
+                    helpers: frozenset[str] = frozenset()) -> list[str]:
     """Source texts of the expressions to evaluate at the end of `func`: the outermost calls
     inside its assertions (`assert X == Y`, `self.assertEqual(X, Y)`) that are not builtins or
     pytest's, and the sides of its comparisons that reach a call (`parse(sql)[0].value`), each
@@ -48,7 +49,9 @@ def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef,
     `MAX_PER_FUNCTION`, no repeats. Never an expression as the test writes it, names replaced
     or not: the test's own assertion would say what it returns, and so which check
     contradicts it. A parametrized test's assertions are read with each of `params` (its
-    parameter sets, `scope_params.parameter_sets`) bound, in turn."""
+    parameter sets, `scope_params.parameter_sets`) bound, in turn; a call of one of `helpers`
+    (the test module's own functions that assert, `isvalue(interp, 'x', 1)`) is an assertion
+    method too."""
     found: list[ast.expr] = []
     for node in ast.walk(func):
         if isinstance(node, ast.Assert):
@@ -56,7 +59,7 @@ def candidate_calls(func: ast.FunctionDef | ast.AsyncFunctionDef,
         elif isinstance(node, ast.Call) and is_unittest_assert(node):
             for arg in node.args:
                 found += _outer_calls(arg) + _operands(arg)
-    asserted = [x for env in params or [{}] for x in _asserted(func.body, env)]
+    asserted = [x for env in params or [{}] for x in _asserted(func.body, env, helpers)]
     inlined = [x for e, nudge_in in asserted if nudge_in is None
                for x in _outer_calls(e) + _operands(e)]
     raising = [(e, nudge_in) for e, nudge_in in asserted if nudge_in is not None]
@@ -80,8 +83,8 @@ def _names_code(expr: ast.expr) -> bool:
     return any(isinstance(n, ast.Name) and n.id not in _BUILTINS for n in ast.walk(expr))
 
 
-def _asserted(body: list[ast.stmt], env: dict[str, ast.expr]
-              ) -> list[tuple[ast.expr, ast.AST | None]]:
+def _asserted(body: list[ast.stmt], env: dict[str, ast.expr],
+              helpers: frozenset[str] = frozenset()) -> list[tuple[ast.expr, ast.AST | None]]:
     """What `body` asserts, in source order: (an `assert`'s test or a unittest assertion's
     argument, None), and (a call expected to raise, the part of it to nudge): a call that a
     `pytest.raises` or `assertRaises` block makes (all of it), a call of an assertion method
@@ -94,7 +97,7 @@ def _asserted(body: list[ast.stmt], env: dict[str, ast.expr]
     env = dict(env)
     out: list[tuple[ast.expr, ast.AST | None]] = []
     for stmt in body:
-        parts = _assertion_parts(stmt, env)
+        parts = _assertion_parts(stmt, env, helpers)
         out += parts or []
         if parts is None:  # a new object would not have the state the test gave this one,
             replayed = _replay(stmt, env)  # unless the calls that gave it are made again
@@ -111,17 +114,21 @@ def _asserted(body: list[ast.stmt], env: dict[str, ast.expr]
             for field in ("body", "orelse", "finalbody"):
                 inner = getattr(stmt, field, None)
                 if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    out += _asserted(inner, env)
+                    out += _asserted(inner, env, helpers)
         _remember(stmt, env)
     return out
 
 
-def _assertion_parts(stmt: ast.stmt, env: dict[str, ast.expr]
+def _assertion_parts(stmt: ast.stmt, env: dict[str, ast.expr], helpers: frozenset[str]
                      ) -> list[tuple[ast.expr, ast.AST | None]] | None:
     """`_asserted`'s entries for `stmt`, names replaced; None when it is no assertion."""
     if isinstance(stmt, ast.Assert):
         return [(_inline(stmt.test, env), None)]
     call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+            and call.func.id in helpers and call.args):
+        inlined = _inline(call, env)
+        return [(inlined, inlined.args[0])]
     if not (isinstance(call, ast.Call) and is_unittest_assert(call)):
         return None
     if call.func.attr in _TESTCASE_ASSERTS:
@@ -143,8 +150,8 @@ def _remember(stmt: ast.stmt, env: dict[str, ast.expr]) -> None:
 
 
 def _replay(stmt: ast.stmt, env: dict[str, ast.expr]) -> set[str]:
-    """For a statement that calls a method of a name `env` binds to an object
-    (`interp.run('x = 1')`), bind that name to an expression that builds the object and makes
+    """For a statement that calls a name `env` binds to an object, or a method of it
+    (`interp('x = 1')`, `interp.run('x = 1')`), bind that name to an expression that builds the object and makes
     the call on it (`(lambda _sfo: (_sfo.run('x = 1'), _sfo)[-1])(make_interpreter())`), its
     other names replaced; returns the names so bound (none for any other statement)."""
     call = stmt.value if isinstance(stmt, ast.Expr) else None
@@ -153,8 +160,8 @@ def _replay(stmt: ast.stmt, env: dict[str, ast.expr]) -> set[str]:
     receiver = call.func
     while isinstance(receiver, (ast.Attribute, ast.Subscript)):
         receiver = receiver.value
-    if not (receiver is not call.func and isinstance(receiver, ast.Name)
-            and receiver.id in env and not _is_literal(env[receiver.id])):
+    if not (isinstance(receiver, ast.Name) and receiver.id in env
+            and not _is_literal(env[receiver.id])):
         return set()
     name = receiver.id
     made = _inline(call, {k: v for k, v in env.items() if k != name})

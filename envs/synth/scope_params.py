@@ -1,5 +1,6 @@
-"""The parameter sets of a parametrized test function, as the name -> value bindings its
-assertions can be read with (`scope_candidates.candidate_calls`).
+"""What a test module tells about its test functions: the parameter sets of a parametrized
+one, as the name -> value bindings its assertions can be read with, and the module's own
+assertion helpers (`scope_candidates.candidate_calls` reads both).
 
 `@pytest.mark.parametrize("a, b", [(1, 2), pytest.param(3, 4, id="x")])` (or a bare
 `parametrize(...)`, or argument values named by a module-level assignment) gives one binding
@@ -24,6 +25,21 @@ def module_values(tree: ast.Module) -> dict[str, ast.expr]:
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], ast.Name)
             and isinstance(stmt.value, (ast.List, ast.Tuple))}
+
+
+def assertion_helpers(tree: ast.Module) -> frozenset[str]:
+    """The module's own top-level functions (not tests) whose body asserts (an `assert`, or a
+    call of an `assert...` function such as `assert_allclose`): a test that calls one
+    (`isvalue(interp, 'x', 1)`) asserts through it."""
+    return frozenset(stmt.name for stmt in tree.body
+                     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and not stmt.name.startswith("test") and any(_asserts(n)
+                                                                  for n in ast.walk(stmt)))
+
+
+def _asserts(node: ast.AST) -> bool:
+    return isinstance(node, ast.Assert) or isinstance(node, ast.Call) and (
+        dotted_name(node.func).rpartition(".")[2].startswith("assert"))
 
 
 def parameter_sets(func: ast.FunctionDef | ast.AsyncFunctionDef,

@@ -31,7 +31,7 @@ from swefleet.envs import safe_ast
 from swefleet.envs.canary_twins import find_function
 from swefleet.envs.synth.call_values import ADDRESS, MAX_REPR, fixed_hash, hash_ordered
 from swefleet.envs.synth.scope_candidates import MAX_INLINED, candidate_calls, is_unittest_assert
-from swefleet.envs.synth.scope_params import module_values, parameter_sets
+from swefleet.envs.synth.scope_params import assertion_helpers, module_values, parameter_sets
 
 REC_PREFIX = "test_sfrec_"
 """Name prefix of the recording copies (selected with `-k sfrec`)."""
@@ -91,14 +91,14 @@ def function_candidates(text: str, tests: list[str]) -> dict[str, list[str]]:
     for test in tests:
         func, _, params = test.partition("[")
         wanted.setdefault(func, set()).update([params[:-1]] if params else [])
-    values = module_values(tree)
+    values, helpers = module_values(tree), assertion_helpers(tree)
     out = {}
     for func, ids in wanted.items():
         hit = find_function(tree, func.split("::")[1:])
         if hit is not None:
             sets = [env for env in parameter_sets(hit[0], values, frozenset(ids))
                     if all(len(ast.unparse(v)) <= MAX_INLINED for v in env.values())]
-            out[func] = candidate_calls(hit[0], sets)
+            out[func] = candidate_calls(hit[0], sets, helpers)
     return out
 
 

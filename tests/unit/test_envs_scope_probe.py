@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from swefleet.envs.synth.scope_candidates import candidate_calls, raised
+from swefleet.envs.synth.scope_params import assertion_helpers
 from swefleet.envs.synth.scope_probe import (
     candidates_for_pick,
     combined,
@@ -119,6 +120,21 @@ def test_an_object_changed_by_its_own_calls_is_rebuilt_with_them_one_literal_nud
     replay = "(lambda _sfo: ({}, _sfo)[-1])"
     rebuilt = (replay.format("_sfo.run('e = 8')") + "(make())")
     assert candidate_calls(func) == [rebuilt + ".get('e')", rebuilt + ".x"]  # i: not rebuilt
+
+
+def test_the_test_modules_own_assertion_helpers_are_assertion_methods_on_a_rebuilt_object():
+    module = ("def isvalue(i, name, value):\n    assert i.symtable[name] == value\n\n\n"
+              "def near(i, expr, value):\n    assert_allclose(i(expr), value)\n\n\n"
+              "def test_v():\n    i = make()\n    i('x = 2')\n    isvalue(i, 'x', 2)\n"
+              "    near(i, 'x * 2', 4.0)\n")
+    tree = ast.parse(module)
+    helpers = assertion_helpers(tree)
+    assert helpers == {"isvalue", "near"}
+    rebuilt = "(lambda _sfo: (_sfo('x = 3'), _sfo)[-1])(make())"  # a call of the object itself
+    assert candidate_calls(tree.body[2], None, helpers) == [
+        raised(f"isvalue({rebuilt}, 'x', 2)"), raised(f"near({rebuilt}, 'x * 2', 4.0)")]
+    # (what the helper raises on the rebuilt object: its expected value stays as written)
+    assert candidate_calls(tree.body[2]) == []  # without them: a call that may change i
 
 
 def test_a_test_class_assertion_method_gives_what_it_raises_on_its_first_argument_nudged():
