@@ -5,13 +5,13 @@ give, and a recording copy run by real pytest giving one value over all the sets
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 
 import pytest
 from swefleet.envs.synth.scope_candidates import candidate_calls
 from swefleet.envs.synth.scope_params import module_values, parameter_sets
-from swefleet.envs.synth.scope_probe import function_candidates, read_values, recording_file
+from swefleet.envs.synth.scope_probe import function_candidates
+
+from tests.scope_recording import record_with_pytest
 
 pytestmark = pytest.mark.unit
 
@@ -93,13 +93,6 @@ def test_a_recording_copy_of_a_parametrized_test_records_one_value_over_its_sets
     exprs = function_candidates(tests, ["tests/test_d.py::test_double[2-4]"])
     assert exprs == {"tests/test_d.py::test_double": ["double(3)", "double(0)"]}  # never
     # double(1) or double(2): what the sets assert
-    out = tmp_path / "values.jsonl"
-    text, keys = recording_file(tests, exprs, str(out))
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_d.py").write_text(text)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-o", "addopts=", "-k", "sfrec", "tests/test_d.py"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120, check=False)
+    run, by_expr = record_with_pytest(tmp_path, "test_d.py", tests, exprs)
     assert run.returncode == 0 and "4 passed" in run.stdout, run.stdout[-2000:]  # 2 copies x 2
-    by_expr = {keys[k][1]: v for k, v in read_values(out.read_text(), keys).items()}
     assert by_expr == {"double(3)": "6", "double(0)": "0"}  # the same in both sets

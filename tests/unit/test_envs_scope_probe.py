@@ -21,6 +21,8 @@ from swefleet.envs.synth.scope_probe import (
     recording_file,
 )
 
+from tests.scope_recording import record_with_pytest
+
 pytestmark = pytest.mark.unit
 
 PACKAGE = '''class Cache:
@@ -218,15 +220,8 @@ def test_a_value_whose_order_follows_the_hash_seed_or_that_changes_is_not_record
     exprs = {"tests/test_t.py::test_tags": ["{'a', 'b'}", "({3, 1}, frozenset({'z'}))",
                                             "[{('x', 1), ('y', 2)}]",
                                             "__import__('random').random()", "len('abc')"]}
-    out = tmp_path / "values.jsonl"
-    text, keys = recording_file(tests, exprs, str(out))
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_t.py").write_text(text)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-o", "addopts=", "-k", "sfrec", "tests/test_t.py"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120, check=False)
+    run, by_expr = record_with_pytest(tmp_path, "test_t.py", tests, exprs)
     assert run.returncode == 0 and "5 passed" in run.stdout, run.stdout[-2000:]
-    by_expr = {keys[k][1]: v for k, v in read_values(out.read_text(), keys).items()}
     assert by_expr == {"{'a', 'b'}": None, "[{('x', 1), ('y', 2)}]": None,
                        "({3, 1}, frozenset({'z'}))": "({1, 3}, frozenset({'z'}))",
                        "__import__('random').random()": None,  # another value when made again
