@@ -76,6 +76,8 @@ def hash_ordered(value, depth: int = 0) -> bool:
         return any(hash_ordered(x, depth + 1) for x in value)
     if isinstance(value, dict) and depth < 4:
         return any(hash_ordered(x, depth + 1) for x in (*value, *value.values()))
+    if isinstance(value, BaseException) and depth < 4:  # its repr shows its args
+        return any(hash_ordered(x, depth + 1) for x in value.args)
     return False
 
 

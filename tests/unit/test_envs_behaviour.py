@@ -152,6 +152,9 @@ def test_results_holding_a_set_ordered_by_the_hash_seed_are_no_value():
     assert result_text({2, 1}) == "{1, 2}" and result_text({"only"}) == "{'only'}"
     assert result_text(((1, 2.5), {(1, 2), (3, None)})) is not None
     assert not hash_ordered("abc") and hash_ordered({"x": [{"p", "q"}]})
+    error = ValueError("scheme must be one of ['https', 'ssh']", "scheme", {"ssh", "https"})
+    assert hash_ordered(error) and result_text(error) is None  # an exception shows its args
+    assert result_text(ValueError("x", {1, 2})) == "ValueError('x', {1, 2})"
 
 
 def test_a_call_that_gives_another_value_when_made_again_is_no_value():
