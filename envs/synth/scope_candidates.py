@@ -151,9 +151,10 @@ def _remember(stmt: ast.stmt, env: dict[str, ast.expr]) -> None:
 
 def _replay(stmt: ast.stmt, env: dict[str, ast.expr]) -> set[str]:
     """For a statement that calls a name `env` binds to an object, or a method of it
-    (`interp('x = 1')`, `interp.run('x = 1')`), bind that name to an expression that builds the object and makes
-    the call on it (`(lambda _sfo: (_sfo.run('x = 1'), _sfo)[-1])(make_interpreter())`), its
-    other names replaced; returns the names so bound (none for any other statement)."""
+    (`interp('x = 1')`, `interp.run('x = 1')`), bind that name to an expression that builds
+    the object and makes the call on it
+    (`(lambda _sfo: (_sfo.run('x = 1'), _sfo)[-1])(make_interpreter())`), its other names
+    replaced; returns the names so bound (none for any other statement)."""
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     if not isinstance(call, ast.Call) or _has_scoped_names(call):
         return set()
