@@ -132,25 +132,31 @@ def trainer_problem(proc: subprocess.Popen, run_dir: RunDir) -> str | None:
     code = proc.poll()
     if code is None:
         return None
-    log_path = run_dir.logs / "trainer.log"
-    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+    tail = _log_tail(run_dir, 2000)
     return f"trainer process exited with code {code}; last log lines:\n{tail}"
 
 
-def trainer_disk_pause(run_dir: RunDir, tail_bytes: int = 65536) -> str | None:
+def trainer_disk_pause(run_dir: RunDir) -> str | None:
     """The trainer's low-disk warning when its latest disk message says it is still waiting for
     room to write (`trainer/disk_guard.py`), else None: why no new version comes."""
+    from swefleet.trainer.disk_guard import LOW_DISK, PAUSED, ROOM_AGAIN
+
+    lines = [ln for ln in _log_tail(run_dir, 65536).splitlines()
+             if LOW_DISK in ln or ROOM_AGAIN in ln]
+    if lines and LOW_DISK in lines[-1] and PAUSED in lines[-1]:
+        return lines[-1][lines[-1].index(LOW_DISK):]
+    return None
+
+
+def _log_tail(run_dir: RunDir, n_bytes: int) -> str:
+    """The last `n_bytes` of `logs/trainer.log` ("" when there is none)."""
     log_path = run_dir.logs / "trainer.log"
     try:
         with open(log_path, "rb") as f:
-            f.seek(max(0, log_path.stat().st_size - tail_bytes))
-            text = f.read().decode(errors="replace")
+            f.seek(max(0, log_path.stat().st_size - n_bytes))
+            return f.read().decode(errors="replace")
     except FileNotFoundError:
-        return None
-    disk_lines = [ln for ln in text.splitlines() if "low disk:" in ln or "disk: room again" in ln]
-    if disk_lines and "low disk:" in disk_lines[-1] and "paused until there is room" in disk_lines[-1]:
-        return disk_lines[-1][disk_lines[-1].index("low disk:"):]
-    return None
+        return ""
 
 
 class TrainerMetricsTail:

@@ -23,6 +23,12 @@ log = logging.getLogger(__name__)
 
 RECHECK_S = 10.0
 """How often a paused export looks at the free space again."""
+LOW_DISK = "low disk:"
+"""Starts the warning of a skipped or paused write (the orchestrator reads it in the log)."""
+PAUSED = "paused until there is room"
+"""In the warning of a paused export."""
+ROOM_AGAIN = "disk: room again"
+"""Starts the message that a paused export goes on."""
 
 
 class DiskGuard:
@@ -68,19 +74,18 @@ class DiskGuard:
         if ok:
             return True
         self.paused += 1
-        self._warn(path, need, f"{what} paused until there is room (checked every "
-                               f"{self.recheck_s:g} s)")
+        self._warn(path, need, f"{what} {PAUSED} (checked every {self.recheck_s:g} s)")
         while not ok and not stopped:
             stop.wait(self.recheck_s)
             ok, stopped = self._verdict(path, need, stop.is_set())
         if ok:
-            log.warning("disk: room again (%.2f GB free): %s goes on", self._free_gb(), what)
+            log.warning("%s (%.2f GB free): %s goes on", ROOM_AGAIN, self._free_gb(), what)
         return ok
 
     def _warn(self, path: Path, need: int, outcome: str) -> None:
         if self.rank == 0:
-            log.warning("low disk: %.2f GB free on the filesystem of %s, %.2f GB needed and "
-                        "trainer.disk_min_free_gb=%g kept free: %s", self._free_gb(), path,
+            log.warning("%s %.2f GB free on the filesystem of %s, %.2f GB needed and "
+                        "trainer.disk_min_free_gb=%g kept free: %s", LOW_DISK, self._free_gb(), path,
                         need / GB, self.min_free / GB, outcome)
 
     def _free_gb(self) -> float | None:
