@@ -164,7 +164,7 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
         if not (decides or others):
             continue
         init, history, scope = c.get("init", ""), c.get("history", ""), c.get("scope", "")
-        rank = (passes_a_nudge_through(c.get("scope", ""), gold, text), not c["changed"],
+        rank = (passes_a_nudge_through(scope, gold, text), not c["changed"],
                 not c["inner"], re.split("[:.]", c["call"])[-1][:1] == "_",
                 len(c["args"]) + len(c["kwargs"]) + len(init) + len(history) + len(scope)
                 + len(gold))
