@@ -1,12 +1,14 @@
 """Qwen3-style tool calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in the
 reply text, checked against the tool schemas in `agents/prompts/tools/tools.json`.
 
-Exactly one call per reply. Small models often drop the tags: a reply whose `<tool_call>` is
-never closed counts when what follows the tag is one whole JSON object and nothing else, and a
-reply with no tags counts when exactly one JSON object with a string "name" starts one of its
-lines (several such objects are several calls). Everything else that keeps a reply from being
-one valid call (no call, several, an unclosed tag with more after it, invalid JSON, an unknown
-tool, missing / extra / mistyped arguments) raises `FormatError` with a message that says what
+Exactly one call per reply. Small models often drop or misspell the tags: a reply whose
+`<tool_call>` is never closed counts when what follows the tag is one whole JSON object and
+nothing else but a misspelt closing tag (`[/tool_call]`, `</tool_call` or `<\\/tool_call>`;
+an SFT'd Qwen2.5-Coder-1.5B writes the first, docs/benchmarks.md), and a reply with no tags
+counts when exactly one JSON object with a string "name" starts one of its lines (several such
+objects are several calls). Everything else that keeps a reply from being one valid call (no
+call, several, an unclosed tag with more after it, invalid JSON, an unknown tool, missing /
+extra / mistyped arguments) raises `FormatError` with a message that says what
 to fix. The trainer sees the reply's tokens as generated either way.
 """
 
@@ -24,6 +26,8 @@ from swefleet.agents.protocol import Action, FormatError
 TOOLS_FILE = PROMPTS_DIR / "tools" / "tools.json"
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN = "<tool_call>"
+#: What small models write instead of `</tool_call>` after a whole call.
+_MISSPELT_CLOSE = re.compile(r"\s*(?:\[/tool_call\]|</tool_call|<\\/tool_call>)\s*")
 _DECODER = json.JSONDecoder()
 _LINE_OBJECT = re.compile(r"^[ \t]*\{", re.MULTILINE)
 _MAX_BARE = 32
@@ -128,13 +132,17 @@ def _one_call(text: str) -> str:
 
 
 def _whole_object(text: str) -> str | None:
-    """`text` stripped when it is exactly one JSON object, else None."""
+    """The JSON object `text` holds, when it holds exactly one and nothing after it but a
+    misspelt closing tag; else None."""
     body = text.strip()
     try:
         obj, end = _DECODER.raw_decode(body)
     except (json.JSONDecodeError, RecursionError):
         return None
-    return body if end == len(body) and isinstance(obj, dict) else None
+    rest = body[end:]
+    if not isinstance(obj, dict) or (rest and not _MISSPELT_CLOSE.fullmatch(rest)):
+        return None
+    return body[:end]
 
 
 def _bare_calls(text: str) -> list[str]:

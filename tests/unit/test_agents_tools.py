@@ -121,6 +121,9 @@ def test_parse_valid_tool_calls(text, action):
          "found 2 tool calls"),
         ('<tool_call>\n{"name": "submit", "arguments": {}}\nand then more', "opened but not closed"),
         ('<tool_call>\n{"name": "bash", "argu', "opened but not closed"),
+        ('<tool_call>\n{"name": "submit", "arguments": {}}\n[/tool_call] and more',
+         "opened but not closed"),
+        ('<tool_call>\n{"name": "submit", "arguments": {}}\n[tool_call]', "opened but not closed"),
         (call("bash", command="ls") + call("submit"), "found 2 tool calls"),
         ("<tool_call>{name: bash}</tool_call>", "not valid JSON: Expecting property name"),
         ("<tool_call>[1, 2]</tool_call>", 'string "name"'),
@@ -298,6 +301,10 @@ async def test_tool_episode_edits_tests_and_submits(tok, sandbox):
     "text",
     [
         '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n',  # never closed
+        ('Let me list.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n'
+         "[/tool_call]"),  # closed with a misspelt tag (an SFT'd Qwen2.5-Coder-1.5B)
+        '<tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}</tool_call',
+        '<tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}<\\/tool_call> ',
         '{"name": "bash", "arguments": {"command": "ls -la"}}',  # no tags (small models)
         'List the files first.\n  {"name": "bash", "arguments": {"command": "ls -la"}}\nDone.',
     ],
