@@ -6,10 +6,11 @@ Exactly one call per reply. Small models often drop or misspell the tags: a repl
 nothing else but a misspelt closing tag (`[/tool_call]`, `</tool_call` or `<\\/tool_call>`;
 an SFT'd Qwen2.5-Coder-1.5B writes the first, docs/benchmarks.md), and a reply with no tags
 counts when exactly one JSON object with a string "name" starts one of its lines (several such
-objects are several calls). Everything else that keeps a reply from being one valid call (no
-call, several, an unclosed tag with more after it, invalid JSON, an unknown tool, missing /
-extra / mistyped arguments) raises `FormatError` with a message that says what
-to fix. The trainer sees the reply's tokens as generated either way.
+objects are several calls). A raw newline or tab inside a JSON string is taken as written.
+Everything else that keeps a reply from being one valid call (no call, several, an unclosed
+tag with more after it, invalid JSON, an unknown tool, missing / extra / mistyped arguments)
+raises `FormatError` with a message that says what to fix. The trainer sees the reply's tokens
+as generated either way.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN = "<tool_call>"
 #: What small models write instead of `</tool_call>` after a whole call.
 _MISSPELT_CLOSE = re.compile(r"\s*(?:\[/tool_call\]|</tool_call|<\\/tool_call>)\s*")
-_DECODER = json.JSONDecoder()
+#: Control characters (a raw newline in a multi-line command) are allowed inside strings.
+_DECODER = json.JSONDecoder(strict=False)
 _LINE_OBJECT = re.compile(r"^[ \t]*\{", re.MULTILINE)
 _MAX_BARE = 32
 
@@ -81,7 +83,7 @@ def parse_tool_call(text: str) -> Action:
     """The one tool call in `text` as a validated `Action`; `FormatError` otherwise."""
     body = _one_call(strip_thinking(text))
     try:
-        call = json.loads(body)
+        call = _DECODER.decode(body)
     except json.JSONDecodeError as exc:
         raise FormatError(
             f"the tool call is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"

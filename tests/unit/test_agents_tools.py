@@ -317,3 +317,8 @@ def test_untagged_or_unclosed_single_calls_count(text):
 def test_a_hostile_reply_of_braces_is_refused_quickly():
     with pytest.raises(FormatError, match="no <tool_call> found"):
         parse_tool_call("{\n" * 20000)
+
+
+def test_a_raw_newline_inside_a_string_is_taken_as_written():
+    text = '<tool_call>\n{"name": "bash", "arguments": {"command": "cd src\nls"}}\n</tool_call>'
+    assert parse_tool_call(text).command == "cd src\nls"
