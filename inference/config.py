@@ -265,12 +265,6 @@ class InferenceConfig(BaseModel):
             raise ValueError(f"gpus={self.gpus} lists a GPU twice")
         if kind != "vllm" and self.vllm != VLLMLaunch():
             raise ValueError(f"inference.vllm is for kind='vllm' (kind is {kind!r})")
-        if self.standby_servers and self.vllm.engine_start_method == "fork":
-            raise ValueError(
-                "inference.vllm.engine_start_method='fork' with standby_servers: a standby has "
-                "CUDA uninitialised, so vLLM 0.26 forks the engine core from it, and on one H200 "
-                "the forked core failed to start ('Cannot re-initialize CUDA in forked "
-                "subprocess'): use 'spawn'")
         if self.stream and self.vllm.return_routed_experts:
             raise ValueError("inference.stream: vLLM's streamed answers carry no routed_experts, "
                              "so router replay would get none; set stream = false")

@@ -176,15 +176,16 @@ class VLLMEngineArgs(BaseModel):
     engine_start_method: Literal["spawn", "fork"] = "spawn"
     """How `vllm serve` starts its engine-core process (`VLLM_WORKER_MULTIPROC_METHOD`):
     `spawn`, the CLI's default, imports vLLM again in the new process (13-16 s of a restart on
-    one H200); `fork` starts it from the server process, which has imported vLLM already.
-    vLLM falls back to `spawn` (a warning in the server log) when CUDA is initialised in the
-    server process, which importing torchao does when it is installed next to vLLM (swefleet's
-    float8 training installs it). A standby server (`inference.standby_servers`) imports
-    without CUDA, so vLLM forks from it, and the forked core failed to start on one H200 (its
-    parent had asked `torch.cuda.is_available()` through the CUDA runtime, which poisons
-    fork; `fork` now sets `PYTORCH_NVML_BASED_CUDA_CHECK=1`, not measured yet): `fork` with
-    standby servers is refused. The API server processes (`api_server_count` > 1) are spawned
-    either way."""
+    one H200); `fork` starts it from the server process, which has imported vLLM already, and
+    sets `PYTORCH_NVML_BASED_CUDA_CHECK=1` (torch's availability check by NVML: one through the
+    CUDA runtime makes a forked core fail with "Cannot re-initialize CUDA in forked
+    subprocess"). vLLM falls back to `spawn` (a warning in the server log) when CUDA is
+    initialised in the server process, which importing torchao does when it is installed next
+    to vLLM (swefleet's float8 training installs it); a standby server
+    (`inference.standby_servers`) imports without CUDA, so the server it becomes forks its
+    core. With `api_server_count` > 1 the API server processes are spawned either way and vLLM
+    starts the core only once they are up, so the fork shortens no restart there
+    (docs/benchmarks.md, "Restart of a killed vLLM server")."""
     seed: int = 0
     """Engine seed (per-request seeds still take precedence)."""
     kv_offload: KVOffloadConfig = Field(default_factory=KVOffloadConfig)
