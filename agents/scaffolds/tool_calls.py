@@ -3,14 +3,14 @@ reply text, checked against the tool schemas in `agents/prompts/tools/tools.json
 
 Exactly one call per reply. Small models often drop or misspell the tags: a reply whose
 `<tool_call>` is never closed counts when what follows the tag is one whole JSON object and
-nothing else but a misspelt closing tag (`[/tool_call]`, `</tool_call` or `<\\/tool_call>`;
-an SFT'd Qwen2.5-Coder-1.5B writes the first, docs/benchmarks.md), and a reply with no tags
-counts when exactly one JSON object with a string "name" starts one of its lines (several such
-objects are several calls). A raw newline or tab inside a JSON string is taken as written.
-Everything else that keeps a reply from being one valid call (no call, several, an unclosed
-tag with more after it, invalid JSON, an unknown tool, missing / extra / mistyped arguments)
-raises `FormatError` with a message that says what to fix. The trainer sees the reply's tokens
-as generated either way.
+nothing else but one misspelt closing tag (`[/tool_call]`, `</tool_response>`, `[/code]`,
+`</tool_call` without `>`: an SFT'd Qwen2.5-Coder-1.5B writes them, docs/benchmarks.md), and
+a reply with no tags counts when exactly one JSON object with a string "name" starts one of
+its lines (several such objects are several calls). A raw newline or tab inside a JSON string
+is taken as written. Everything else that keeps a reply from being one valid call (no call,
+several, an unclosed tag with more after it, invalid JSON, an unknown tool, missing / extra /
+mistyped arguments) raises `FormatError` with a message that says what to fix. The trainer
+sees the reply's tokens as generated either way.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from swefleet.agents.protocol import Action, FormatError
 TOOLS_FILE = PROMPTS_DIR / "tools" / "tools.json"
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN = "<tool_call>"
-#: What small models write instead of `</tool_call>` after a whole call.
-_MISSPELT_CLOSE = re.compile(r"\s*(?:\[/tool_call\]|</tool_call|<\\/tool_call>)\s*")
+#: What small models write instead of `</tool_call>` after a whole call: one closing tag of
+#: any name, in angle or square brackets (`[/tool_call]`, `</tool_response>`, `[/code]`).
+_MISSPELT_CLOSE = re.compile(r"\s*(?:\[/\w+\]|</\w+>?|<\\/\w+>)\s*")
 #: Control characters (a raw newline in a multi-line command) are allowed inside strings.
 _DECODER = json.JSONDecoder(strict=False)
 _LINE_OBJECT = re.compile(r"^[ \t]*\{", re.MULTILINE)

@@ -305,6 +305,8 @@ async def test_tool_episode_edits_tests_and_submits(tok, sandbox):
          "[/tool_call]"),  # closed with a misspelt tag (an SFT'd Qwen2.5-Coder-1.5B)
         '<tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}</tool_call',
         '<tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}<\\/tool_call> ',
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_response>',
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n[/code]\n',
         '{"name": "bash", "arguments": {"command": "ls -la"}}',  # no tags (small models)
         'List the files first.\n  {"name": "bash", "arguments": {"command": "ls -la"}}\nDone.',
     ],
