@@ -5,12 +5,13 @@
    functions of the gold patch's files and of the rest of their folders (module-level
    functions, static and class methods, methods of objects the test built from plain
    literals), with plain-literal arguments and a result whose `repr` identifies it;
-3. each distinct call made again in fresh processes (`call_values.py eval`): twice with the
-   gold code (two hash seeds), once with the base code, once per mutant of a changed function
+3. each distinct call made again in fresh processes (`call_values.py eval`): with the gold
+   code under hash seeds 1, 2 and the one the task's test command fixes (`gold_seeds`: a value
+   must agree in all), once with the base code, once per mutant of a changed function
    (`envs/synth/mutators.py`, applied to the gold code);
 4. per deciding test function, the best qualifying call (`behaviour.pick`);
 5. for the deciding functions still without one, calls in the test's own scope
-   (`scope_probe.py`): recording copies of those tests run with the gold code (two hash
+   (`scope_probe.py`): recording copies of those tests run with the gold code (the same
    seeds), the base code and the first `SCOPE_MUTANTS` of the same mutants, and the best
    qualifying expression is picked.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import ast
 import json
 import random
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,16 @@ RUN_TIMEOUT_S = 300.0
 _SCOPE_OUT = f"{_DIR}/scope.jsonl"
 SCOPE_TIMEOUT_S = 120
 """Longest run of the recording copies of a task's deciding tests (a mutant may loop)."""
+_HASH_SEED = re.compile(r"\bPYTHONHASHSEED=(\d+)\b")
+
+
+def gold_seeds(test_cmd: str) -> tuple[int, ...]:
+    """Hash seeds the gold code's values are recorded under: 1 and 2, and the seed the task's
+    test command fixes (the bundled command's `PYTHONHASHSEED=0`), so that a value whose order
+    follows the hash seed and happens to agree under 1 and 2 is still refused when grading
+    would see another."""
+    fixed = {int(m) for m in _HASH_SEED.findall(test_cmd)}
+    return tuple(sorted({1, 2} | fixed))
 
 
 @dataclass
@@ -221,7 +233,8 @@ async def _record(sb, task: Task) -> Recorded:
     if rest:
         mutants = mutant_sources(gold, base, called, SCOPE_MUTANTS, seed=len(task.instance_id))
         tests = [t for t in task.FAIL_TO_PASS if function_id(t) in rest]
-        out.probes.update(await _scope_probes(sb, tests, gold, base, mutants, text))
+        out.probes.update(await _scope_probes(sb, tests, gold, base, mutants, text,
+                                              gold_seeds(task.test_cmd)))
     if not out.probes:
         out.reason = ("the deciding tests made no plain call and no call in their scope tells "
                       "the gold behaviour apart" if not out.calls else
@@ -248,7 +261,7 @@ async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: di
     if not keys:
         return called
     calls = [dict(zip(KEY_FIELDS, k)) for k in keys]
-    gold_runs = [await _eval(sb, calls, seed) for seed in (1, 2)]
+    gold_runs = [await _eval(sb, calls, seed) for seed in gold_seeds(task.test_cmd)]
     await _write_all(sb, base)
     base_values = await _eval(sb, calls, 1)
     mutant_values = []
@@ -263,10 +276,11 @@ async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: di
 
 
 async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[str, str],
-                        mutants: list[tuple[str, str]], text: str) -> dict[str, dict]:
+                        mutants: list[tuple[str, str]], text: str,
+                        seeds: tuple[int, ...]) -> dict[str, dict]:
     """Probes in the deciding tests' own scope (`scope_probe.py`) for the functions of `tests`
-    (test ids): their test files get recording copies, run with the gold code (two hash
-    seeds), the base code and each mutant."""
+    (test ids): their test files get recording copies, run with the gold code (under each of
+    `seeds`), the base code and each mutant."""
     files = sorted({f.split("::", 1)[0] for f in tests})
     read = {p: await _read(sb, p) for p in files}
     originals = {p: source for p, source in read.items() if source is not None}
@@ -298,8 +312,8 @@ async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[s
     keys = await write({})
     if not keys:
         return {}
-    keys = await write(scope_probe.combined([await run(gold, seed) for seed in (1, 2)], keys))
-    gold_runs = [await run(gold, seed) for seed in (1, 2)]
+    keys = await write(scope_probe.combined([await run(gold, seed) for seed in seeds], keys))
+    gold_runs = [await run(gold, seed) for seed in seeds]
     base_values = await run(base, 1)
     mutant_values = [await run({**gold, path: src}, 1) for path, src in mutants]
     probes = {}

@@ -272,7 +272,7 @@ def test_a_probe_in_the_tests_own_scope_tells_copy_and_twins_apart(tmp_path, mon
     mutants = behaviour_run.mutant_sources(gold, base, set(), 12, seed=1)
     func = "tests/test_sized.py::test_total"
     probes = asyncio.run(behaviour_run._scope_probes(_Local(tmp_path), [func], gold, base,
-                                                     mutants, SIZED_TESTS))
+                                                     mutants, SIZED_TESTS, (0, 1, 2)))
     probe = behaviour.Probe.model_validate(probes[func])
     assert all(c.scope and c.gold not in c.others for c in probe.calls)
     deciding = {c.scope: c.gold for c in probe.calls if c.decides}

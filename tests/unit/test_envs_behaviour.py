@@ -163,3 +163,12 @@ def test_a_call_that_gives_another_value_when_made_again_is_no_value():
     call = {"module": "random", "name": "random", "args": "()", "kwargs": "{}"}
     assert repeatable(call) is None  # depends on the generator's state, which it changes
     assert repeatable({**call, "module": "math", "name": "floor", "args": "(2.5,)"}) == "2"
+
+
+def test_gold_values_are_recorded_under_the_grading_commands_hash_seed_too():
+    from swefleet.envs.synth.behaviour_run import gold_seeds
+    from swefleet.envs.synth.recipe import DEFAULT_TEST_CMD
+
+    assert gold_seeds(DEFAULT_TEST_CMD) == (0, 1, 2)
+    assert gold_seeds("WCWIDTH_PYTHON=1 PYTHONHASHSEED=7 python3 -m pytest") == (1, 2, 7)
+    assert gold_seeds("python3 -m pytest -rA") == (1, 2)  # no fixed seed: two seeds agree
