@@ -62,9 +62,9 @@ class ProbeCall(BaseModel):
         if not self.init:
             return f"repr({target}.{name}(*{self.args}, **{self.kwargs}))"
         owner, _, method = name.rpartition(".")
-        positional, keywords = ast.literal_eval(self.init)
+        positional, keywords = safe_ast.literal_eval(self.init)
         built = f"{target}.{owner}(*{positional!r}, **{keywords!r})"
-        steps = [f"o.{m}(*{a}, **{k})" for m, a, k in ast.literal_eval(self.history or "()")]
+        steps = [f"o.{m}(*{a}, **{k})" for m, a, k in safe_ast.literal_eval(self.history or "()")]
         steps.append(f"o.{method}(*{self.args}, **{self.kwargs})")
         if len(steps) == 1:
             return f"repr({built}.{method}(*{self.args}, **{self.kwargs}))"
@@ -107,7 +107,7 @@ def shown(value: str, text: str) -> bool:
     """Whether the value (`repr` text) is spelled out in `text`: its `repr`, or its text (a
     string's characters), as a whole word (`12` is not in `123`)."""
     try:
-        literal = ast.literal_eval(value)
+        literal = safe_ast.literal_eval(value)
     except (ValueError, SyntaxError):
         literal = None
     forms = [value] + ([literal] if isinstance(literal, str) else [])

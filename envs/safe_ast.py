@@ -36,3 +36,9 @@ def compile_tree(tree: ast.AST, filename: str = "<ast>", mode: str = "exec"):
     """`compile(tree, filename, mode)`: a code object from a tree, one thread at a time."""
     with AST_LOCK:
         return compile(tree, filename, mode)
+
+
+def literal_eval(text: str):
+    """`ast.literal_eval(text)`: the text parsed under the lock, its tree evaluated outside it
+    (raises as `ast.literal_eval`)."""
+    return ast.literal_eval(parse(text.lstrip(" \t"), mode="eval"))

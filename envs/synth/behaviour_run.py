@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swefleet.envs import behaviour
+from swefleet.envs import behaviour, safe_ast
 from swefleet.envs.canary_ids import function_id
 from swefleet.envs.canary_twins import TWINS
 from swefleet.envs.gradelog import patch_paths
@@ -96,7 +96,7 @@ def changed_functions(source: str, base: str) -> set[str]:
             elif isinstance(node, ast.ClassDef):
                 walk(node.body, f"{prefix}{node.name}.")
 
-    walk(ast.parse(source).body, "")
+    walk(safe_ast.parse(source).body, "")
     return out
 
 
@@ -146,7 +146,7 @@ def recombined(seen: list[dict], cap: int) -> list[dict]:
     known = {call_key(s) for s in seen}
     out = []
     for calls in by_function.values():
-        kwargs = [ast.literal_eval(c["kwargs"]) for c in calls]
+        kwargs = [safe_ast.literal_eval(c["kwargs"]) for c in calls]
         values: dict[str, list] = {}
         for kw in kwargs:
             for name, value in kw.items():
@@ -170,7 +170,7 @@ def recombined(seen: list[dict], cap: int) -> list[dict]:
 
 def _literal(text: str) -> dict | None:
     try:
-        value = ast.literal_eval(text)
+        value = safe_ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return None
     return value if isinstance(value, dict) else None

@@ -95,3 +95,23 @@ def test_the_parsed_codes_syntax_warnings_are_not_printed():
         safe_ast.parse('pattern = "a\\/b"\n')
         ast.parse('pattern = "a\\/b"\n')  # the plain parse warns: the line above would too
     assert [w.category for w in seen] in ([SyntaxWarning], [DeprecationWarning])  # 3.12 / 3.11
+
+
+def test_literal_eval_parses_under_the_lock():
+    assert safe_ast.literal_eval("  ((1, 'a'), {'k': [2.5]})") == ((1, "a"), {"k": [2.5]})
+    with pytest.raises(ValueError):
+        safe_ast.literal_eval("f(1)")
+
+
+def test_grading_and_recording_code_parse_text_only_through_safe_ast():
+    """The host's modules that parse text in threads (grading plants canaries and probes in
+    worker threads) call `safe_ast`; `call_values.py` runs inside the sandbox, one thread."""
+    import re
+    from pathlib import Path
+
+    root = Path(safe_ast.__file__).resolve().parent
+    direct = re.compile(r"\bast\.(parse|literal_eval)\((?!node\b|expr\b)")
+    found = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
+             if p.name not in ("safe_ast.py", "call_values.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
+    assert found == []
