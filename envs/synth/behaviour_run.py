@@ -313,9 +313,10 @@ async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[s
     if not keys:
         return {}
     keys = await write(scope_probe.combined([await run(gold, seed) for seed in seeds], keys))
-    gold_runs = [await run(gold, seed) for seed in seeds]
-    base_values = await run(base, 1)
-    mutant_values = [await run({**gold, path: src}, 1) for path, src in mutants]
+    runs = [await run(gold, seed) for seed in seeds]
+    runs += [await run(base, 1)] + [await run({**gold, path: src}, 1) for path, src in mutants]
+    keys, runs = scope_probe.sorted_candidates(keys, runs)
+    gold_runs, base_values, mutant_values = runs[:len(seeds)], runs[len(seeds)], runs[len(seeds) + 1:]
     probes = {}
     for func, candidates in scope_probe.candidates_for_pick(keys, gold_runs, base_values,
                                                             mutant_values, TWINS).items():

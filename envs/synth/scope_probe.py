@@ -11,8 +11,11 @@ argument nudged (`cache.get(4)`) so that its value is not the one the assertion 
 run has shown which of them give a value, for the tuple of those: `combined`), a copy of the
 function (`test_sfrec_<n>`, same decorators and fixtures) in which every assertion is kept but
 cannot fail (its expression still runs, in order) and whose last statements record the
-`repr` of the candidate, or null when it raised. That file runs in the task's sandbox with the
-gold code (twice, two hash seeds), the base code and each mutant (`behaviour_run.py`);
+`repr` of the candidate, or null when it raised. A set of strings (whose `repr` follows the
+hash seed) is recorded as its sorted list, and a candidate whose every value was one becomes
+`sorted(<candidate>)` (`sorted_candidates`). That file runs in the task's sandbox with the
+gold code (under the hash seeds `behaviour_run.gold_seeds` names), the base code and each
+mutant (`behaviour_run.py`);
 `candidates_for_pick` turns the values into the candidates `behaviour.pick` chooses from
 (the twins' values: what mutants return, else the gold value nudged, `decoys`). The
 chosen check is appended to the copy (and the twins) of the real test when grading
@@ -62,20 +65,34 @@ def _try_pass(stmt: ast.stmt, where: ast.AST) -> ast.Try:
                                      finalbody=[]), where)
 
 
+SORTED_MARK = "\x00sorted:"
+"""Starts a recorded value that is a set of strings, given as its sorted list (`recorded_text`)."""
+
+
+def recorded_text(value) -> str | None:
+    """What a recording copy writes for a candidate's value: a set or frozenset of strings (or
+    of bytes) as `SORTED_MARK` + the `repr` of its sorted list; None for another value holding
+    a set whose order may change from run to run (`call_values.hash_ordered`); else its
+    `repr`. (Copied into the recorded test file: the marker is spelled out.)"""
+    if isinstance(value, (set, frozenset)) and (all(isinstance(x, str) for x in value)
+                                                or all(isinstance(x, bytes) for x in value)):
+        return "\x00sorted:" + repr(sorted(value))
+    return None if hash_ordered(value) else repr(value)
+
+
 def _helper_source() -> str:
-    """`call_values.fixed_hash` and `hash_ordered`, as the recording copies call them
-    (`_sfrec_fixed_hash`, `_sfrec_hash_ordered`), appended to the recorded test file."""
-    source = "\n\n".join(inspect.getsource(f) for f in (fixed_hash, hash_ordered))
-    return re.sub(r"\b(fixed_hash|hash_ordered)\b", r"_sfrec_\1", source)
+    """`call_values.fixed_hash`, `hash_ordered` and `recorded_text`, as the recording copies
+    call them (`_sfrec_fixed_hash`, ...), appended to the recorded test file."""
+    source = "\n\n".join(inspect.getsource(f) for f in (fixed_hash, hash_ordered, recorded_text))
+    return re.sub(r"\b(fixed_hash|hash_ordered|recorded_text)\b", r"_sfrec_\1", source)
 
 
 def _record_lines(key: str, expr: str, out_path: str) -> list[str]:
-    """Record `expr`'s `repr`: None when it raises, holds a set whose order may change from
-    run to run (`call_values.hash_ordered`) or gives another value when evaluated again (it
-    depends on state it changes, such as the random generator's)."""
-    return ["try:", f"    _sfrec_x = ({expr})",
-            "    _sfrec_v = None if _sfrec_hash_ordered(_sfrec_x) else repr(_sfrec_x)",
-            f"    if _sfrec_v is not None and repr(({expr})) != _sfrec_v:",
+    """Record `expr`'s value (`recorded_text`): None when it raises, holds a set whose order
+    may change from run to run and is no set of strings, or gives another value when evaluated
+    again (it depends on state it changes, such as the random generator's)."""
+    return ["try:", f"    _sfrec_v = _sfrec_recorded_text(({expr}))",
+            f"    if _sfrec_v is not None and _sfrec_recorded_text(({expr})) != _sfrec_v:",
             "        _sfrec_v = None",
             "except BaseException:", "    _sfrec_v = None",
             f"with open({out_path!r}, 'a') as _sfrec_f:",
@@ -110,7 +127,7 @@ def combined(runs: list[dict[str, str | None]], keys: dict[str, tuple[str, str]]
     by_function: dict[str, list[str]] = {}
     for key, (func, expr) in keys.items():
         values = {run.get(key) for run in runs}
-        if len(values) == 1 and None not in values:
+        if len(values) == 1 and None not in values and not values.pop().startswith(SORTED_MARK):
             by_function.setdefault(func, []).append(expr)
     return {func: f"({', '.join(exprs)},)" for func, exprs in by_function.items()
             if len(exprs) > 1}
@@ -171,6 +188,29 @@ def read_values(text: str, keys: dict[str, tuple[str, str]]) -> dict[str, str | 
             value = None
         out[key] = value
     return out
+
+
+def sorted_candidates(keys: dict[str, tuple[str, str]], runs: list[dict[str, str | None]]
+                      ) -> tuple[dict[str, tuple[str, str]], list[dict[str, str | None]]]:
+    """`keys` and `runs` (each run's values) with the sets of strings resolved: a candidate
+    whose every value (in every run that gave one) was a set of strings becomes
+    `sorted(<candidate>)`, its values the sorted lists; one that was a set of strings in some
+    runs and something else in others gives no value in any (`sorted` of a list or a string
+    would make values the runs never showed)."""
+    keys = dict(keys)
+    runs = [dict(run) for run in runs]
+    for key, (func, expr) in list(keys.items()):
+        values = [run[key] for run in runs if run.get(key) is not None]
+        marked = [v.startswith(SORTED_MARK) for v in values]
+        if not any(marked):
+            continue
+        keep = all(marked)
+        if keep:
+            keys[key] = (func, f"sorted({expr})")
+        for run in runs:
+            if run.get(key) is not None:
+                run[key] = run[key][len(SORTED_MARK):] if keep else None
+    return keys, runs
 
 
 def candidates_for_pick(keys: dict[str, tuple[str, str]], gold_runs: list[dict],

@@ -293,3 +293,49 @@ def test_a_probe_in_the_tests_own_scope_tells_copy_and_twins_apart(tmp_path, mon
     (tmp_path / "tests" / "test_sized.py").write_text("\n".join(last_only) + "\n")
     (tmp_path / "sized.py").write_text(SIZED)  # neutralised: nothing holds, even with the fix
     assert _outcomes(tmp_path, "tests/test_sized.py") == ["FAILED"] * 4
+
+
+TAGGED = '''class Tagged:
+    def __init__(self, clean):
+        self.clean, self.tags = clean, set()
+
+    def tag(self, *names):
+        self.tags.update(self.clean(n) for n in names)
+
+    def longer_than(self, n):
+        return {t for t in self.tags if len(t) > n}
+'''
+TAGGED_TESTS = '''from tagged import Tagged
+
+
+def test_longer_than():
+    t = Tagged(str.lower)
+    t.tag("v1", "V22", "v333", "x", "w4444")
+    assert t.longer_than(1) == {"v1", "v22", "v333", "w4444"}
+'''
+
+
+def test_a_set_of_strings_is_probed_sorted(tmp_path, monkeypatch):
+    """A set of strings, whose order follows the hash seed, is checked as `sorted(...)`: the
+    same under every seed, so the planted copy passes on the fix and fails on the bug."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_tagged.py").write_text(TAGGED_TESTS)
+    gold, base = {"tagged.py": TAGGED}, {"tagged.py": TAGGED.replace("len(t) > n", "len(t) >= n")}
+    mutants = behaviour_run.mutant_sources(gold, base, set(), 12, seed=1)
+    func = "tests/test_tagged.py::test_longer_than"
+    probes = asyncio.run(behaviour_run._scope_probes(_Local(tmp_path), [func], gold, base,
+                                                     mutants, TAGGED_TESTS, (0, 1, 2)))
+    probe = behaviour.Probe.model_validate(probes[func])
+    deciding = {c.scope: c.gold for c in probe.calls if c.decides}
+    assert deciding and all(s.startswith("sorted(") for s in deciding), deciding
+    assert deciding.get("sorted(t.longer_than(2))") == "['v22', 'v333', 'w4444']"
+    text, twins = canary_twins.plant(TAGGED_TESTS, "tests/test_tagged.py", [func], [func],
+                                     random.Random(5), {func: probe})
+    assert twins.behaviour == [func]
+    (tmp_path / "tests" / "test_tagged.py").write_text(text)
+    (tmp_path / "tagged.py").write_text(TAGGED)
+    assert _outcomes(tmp_path, "tests/test_tagged.py") == ["FAILED"] * 3 + ["PASSED"]
+    (tmp_path / "tagged.py").write_text(base["tagged.py"])
+    assert _outcomes(tmp_path, "tests/test_tagged.py") == ["FAILED"] * 4

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from swefleet.envs.synth import scope_probe
 from swefleet.envs.synth.scope_candidates import candidate_calls, raised
 from swefleet.envs.synth.scope_params import assertion_helpers
 from swefleet.envs.synth.scope_probe import (
@@ -216,13 +217,30 @@ def test_decoys_flip_a_boolean_or_a_digit_and_join_only_where_mutants_are_few():
 
 
 def test_a_value_whose_order_follows_the_hash_seed_or_that_changes_is_not_recorded(tmp_path):
+    """...but a set of strings is recorded as its sorted list, marked."""
     tests = "def test_tags():\n    assert sorted({'a', 'b'}) == ['a', 'b']\n"
     exprs = {"tests/test_t.py::test_tags": ["{'a', 'b'}", "({3, 1}, frozenset({'z'}))",
                                             "[{('x', 1), ('y', 2)}]",
                                             "__import__('random').random()", "len('abc')"]}
     run, by_expr = record_with_pytest(tmp_path, "test_t.py", tests, exprs)
     assert run.returncode == 0 and "5 passed" in run.stdout, run.stdout[-2000:]
-    assert by_expr == {"{'a', 'b'}": None, "[{('x', 1), ('y', 2)}]": None,
+    assert by_expr == {"{'a', 'b'}": scope_probe.SORTED_MARK + "['a', 'b']",
+                       "[{('x', 1), ('y', 2)}]": None,
                        "({3, 1}, frozenset({'z'}))": "({1, 3}, frozenset({'z'}))",
                        "__import__('random').random()": None,  # another value when made again
                        "len('abc')": "3"}
+
+
+def test_a_candidate_that_was_a_set_of_strings_in_every_run_is_checked_sorted():
+    mark = scope_probe.SORTED_MARK
+    keys = {"0": ("t.py::f", "spec.names()"), "1": ("t.py::f", "spec.mixed()"),
+            "2": ("t.py::f", "len(spec)")}
+    gold = {"0": mark + "['a', 'b']", "1": mark + "['x']", "2": "2"}
+    base = {"0": None, "1": "'x'", "2": "3"}  # raised; a string, not a set
+    mutant = {"0": mark + "['a']", "1": mark + "[]", "2": "2"}
+    new_keys, (g, b, m) = scope_probe.sorted_candidates(keys, [gold, base, mutant])
+    assert new_keys == {**keys, "0": ("t.py::f", "sorted(spec.names())")}
+    assert (g["0"], b["0"], m["0"]) == ("['a', 'b']", None, "['a']")
+    assert (g["1"], b["1"], m["1"]) == (None, None, None)  # sorted('x') would be a new value
+    assert (g["2"], b["2"]) == ("2", "3") and gold["0"].startswith(mark)  # inputs unchanged
+    assert scope_probe.combined([gold, gold], keys) == {}  # a marked value joins no tuple
