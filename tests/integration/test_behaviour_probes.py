@@ -263,17 +263,24 @@ class _Local:
                                                       self.box.write_file)
 
 
-def test_a_probe_in_the_tests_own_scope_tells_copy_and_twins_apart(tmp_path, monkeypatch):
+def _scope_probe(root: Path, monkeypatch, func: str, tests: str, gold: dict, base: dict):
+    """The probe `_scope_probes` records for test `func` (whose file holds `tests`) over a local
+    folder, with the gold and base sources given and 12 mutants of the gold."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_sized.py").write_text(SIZED_TESTS)
-    gold, base = {"sized.py": SIZED}, {"sized.py": SIZED.replace(") + extra", ") - extra")}
+    path = root / func.split("::")[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tests)
     mutants = behaviour_run.mutant_sources(gold, base, set(), 12, seed=1)
+    probes = asyncio.run(behaviour_run._scope_probes(_Local(root), [func], gold, base, mutants,
+                                                     tests, (0, 1, 2)))
+    return behaviour.Probe.model_validate(probes[func])
+
+
+def test_a_probe_in_the_tests_own_scope_tells_copy_and_twins_apart(tmp_path, monkeypatch):
+    gold, base = {"sized.py": SIZED}, {"sized.py": SIZED.replace(") + extra", ") - extra")}
     func = "tests/test_sized.py::test_total"
-    probes = asyncio.run(behaviour_run._scope_probes(_Local(tmp_path), [func], gold, base,
-                                                     mutants, SIZED_TESTS, (0, 1, 2)))
-    probe = behaviour.Probe.model_validate(probes[func])
+    probe = _scope_probe(tmp_path, monkeypatch, func, SIZED_TESTS, gold, base)
     assert all(c.scope and c.gold not in c.others for c in probe.calls)
     deciding = {c.scope: c.gold for c in probe.calls if c.decides}
     assert deciding["s.total(extra=2)"] == "7" and deciding["s.total(extra=9)"] == "14"
@@ -318,16 +325,9 @@ def test_longer_than():
 def test_a_set_of_strings_is_probed_sorted(tmp_path, monkeypatch):
     """A set of strings, whose order follows the hash seed, is checked as `sorted(...)`: the
     same under every seed, so the planted copy passes on the fix and fails on the bug."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_tagged.py").write_text(TAGGED_TESTS)
     gold, base = {"tagged.py": TAGGED}, {"tagged.py": TAGGED.replace("len(t) > n", "len(t) >= n")}
-    mutants = behaviour_run.mutant_sources(gold, base, set(), 12, seed=1)
     func = "tests/test_tagged.py::test_longer_than"
-    probes = asyncio.run(behaviour_run._scope_probes(_Local(tmp_path), [func], gold, base,
-                                                     mutants, TAGGED_TESTS, (0, 1, 2)))
-    probe = behaviour.Probe.model_validate(probes[func])
+    probe = _scope_probe(tmp_path, monkeypatch, func, TAGGED_TESTS, gold, base)
     deciding = {c.scope: c.gold for c in probe.calls if c.decides}
     assert deciding and all(s.startswith("sorted(") for s in deciding), deciding
     assert deciding.get("sorted(t.longer_than(2))") == "['v22', 'v333', 'w4444']"
