@@ -313,10 +313,11 @@ async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[s
     if not keys:
         return {}
     keys = await write(scope_probe.combined([await run(gold, seed) for seed in seeds], keys))
-    runs = [await run(gold, seed) for seed in seeds]
-    runs += [await run(base, 1)] + [await run({**gold, path: src}, 1) for path, src in mutants]
+    runs = [await run(gold, seed) for seed in seeds] + [await run(base, 1)]
+    runs += [await run({**gold, path: src}, 1) for path, src in mutants]
     keys, runs = scope_probe.sorted_candidates(keys, runs)
-    gold_runs, base_values, mutant_values = runs[:len(seeds)], runs[len(seeds)], runs[len(seeds) + 1:]
+    n = len(seeds)
+    gold_runs, base_values, mutant_values = runs[:n], runs[n], runs[n + 1:]
     probes = {}
     for func, candidates in scope_probe.candidates_for_pick(keys, gold_runs, base_values,
                                                             mutant_values, TWINS).items():

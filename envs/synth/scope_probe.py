@@ -127,7 +127,8 @@ def combined(runs: list[dict[str, str | None]], keys: dict[str, tuple[str, str]]
     by_function: dict[str, list[str]] = {}
     for key, (func, expr) in keys.items():
         values = {run.get(key) for run in runs}
-        if len(values) == 1 and None not in values and not values.pop().startswith(SORTED_MARK):
+        value = values.pop() if len(values) == 1 else None
+        if value is not None and not value.startswith(SORTED_MARK):
             by_function.setdefault(func, []).append(expr)
     return {func: f"({', '.join(exprs)},)" for func, exprs in by_function.items()
             if len(exprs) > 1}
