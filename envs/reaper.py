@@ -87,7 +87,7 @@ def remove_run_containers(run_id: str, client: Any | None = None) -> int:
     Docker host the run recorded (`envs.hosts.record_run`), else on the local engine. A host
     that cannot be reached is logged and skipped. Returns how many were removed."""
     if client is not None:
-        return len(_remove_all(client, [rec["Id"] for rec in c.list_sandboxes(client, run_id)]))
+        return _remove_until_none_listed(client, run_id)
     hosts = recorded_hosts(run_id)
     if not hosts:
         return remove_run_containers(run_id, c.docker_client(timeout_s=30))
@@ -100,6 +100,22 @@ def remove_run_containers(run_id: str, client: Any | None = None) -> int:
             log.warning("could not clean %s on %s: %s: %s", run_id, one.name, type(e).__name__, e)
         finally:
             one.close()
+    return removed
+
+
+def _remove_until_none_listed(client: Any, run_id: str, timeout_s: float = 60.0) -> int:
+    """Remove the run's containers, then list again until none is left: an engine restarted
+    after a crash can still hold a container mid-removal, or one whose process outlived the
+    old daemon and exits (auto-removed) later. Logs what is still there after `timeout_s`."""
+    removed = 0
+    deadline = time.monotonic() + timeout_s
+    while ids := [rec["Id"] for rec in c.list_sandboxes(client, run_id)]:
+        if time.monotonic() > deadline:
+            log.warning("%d container(s) of %s still listed after %.0fs: %s", len(ids), run_id,
+                        timeout_s, ", ".join(i[:12] for i in ids))
+            break
+        removed += len(_remove_all(client, ids))
+        time.sleep(0.2)
     return removed
 
 
