@@ -445,7 +445,20 @@ def main(argv: list[str] | None = None) -> int:
     job = parse_job(argv)
     stop = StopFlag()
     stop.install()
-    return run(job, stop)
+    code = run(job, stop)
+    finish_distributed()
+    return code
+
+
+def finish_distributed() -> None:
+    """Leave the process group after a finished run (torchrun ranks), before the interpreter
+    exits: gloo's worker threads torn down at exit while the group still exists abort the
+    process (SIGABRT) after the work is done. A failed run skips this: a rank waiting on a
+    dead peer must not hang here."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
