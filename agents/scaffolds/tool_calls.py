@@ -7,9 +7,10 @@ nothing else but one misspelt closing tag (`[/tool_call]`, `</tool_response>`, `
 `</tool_call` without `>`: an SFT'd Qwen2.5-Coder-1.5B writes them, docs/benchmarks.md), and
 a reply with no tags counts when exactly one JSON object with a string "name" starts one of
 its lines (several such objects are several calls). A raw newline or tab inside a JSON string
-is taken as written. Everything else that keeps a reply from being one valid call (no call,
-several, an unclosed tag with more after it, invalid JSON, an unknown tool, missing / extra /
-mistyped arguments) raises `FormatError` with a message that says what to fix. The trainer
+is taken as written, and arguments given to `submit` (which takes none) are ignored.
+Everything else that keeps a reply from being one valid call (no call, several, an unclosed
+tag with more after it, invalid JSON, an unknown tool, missing / extra / mistyped arguments)
+raises `FormatError` with a message that says what to fix. The trainer
 sees the reply's tokens as generated either way.
 """
 
@@ -61,7 +62,10 @@ class TraceArgs(_Arguments):
 
 
 class SubmitArgs(_Arguments):
-    pass
+    """`submit` takes none; what a model passes anyway (`{"message": "done"}`) is ignored:
+    the call cannot mean anything but submitting."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 #: Argument model of every tool; must agree with `tools.json` (checked by the unit tests).

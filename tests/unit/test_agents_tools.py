@@ -95,6 +95,7 @@ def test_system_prompt_lists_tools_in_qwen3_format(scaffold):
             Action(tool="str_replace", arguments={"path": "a", "old_str": "x", "new_str": ""}),
         ),
         ('<tool_call>{"name": "submit"}</tool_call>', Action(tool="submit", submit=True)),
+        (call("submit", message="done"), Action(tool="submit", submit=True)),  # none taken
         (  # a U+FFFD the model writes is an ordinary character (undecodable ids: the loop)
             call("str_replace", path="a", old_str="caf\ufffd", new_str="café"),
             Action(
@@ -136,7 +137,7 @@ def test_parse_valid_tool_calls(text, action):
         (call("view", path="a", view_range=[1]), "view_range: List should have at least 2"),
         (call("view", path="a", view_range=[1, True]), "view_range.1: Input should be a valid int"),
         (call("str_replace", path="a", old_str="x"), "new_str: Field required"),
-        (call("submit", now=True), "now: Extra inputs are not permitted"),
+        (call("bash", command="ls", now=True), "now: Extra inputs are not permitted"),
     ],
 )
 def test_malformed_tool_calls_are_format_errors(text, message):
