@@ -87,6 +87,13 @@ def probes_of(task) -> dict[str, Probe]:
     return {k: Probe.model_validate(v) for k, v in raw.items()}
 
 
+def graded_by_behaviour(task) -> bool:
+    """Whether a deciding test of `task` has a probe with a deciding call: its renamed copy
+    and twins then end with calls of the code under test. Without one they end with constant
+    checks, which a patch that reads and evaluates the test files can tell apart."""
+    return any(any(c.decides for c in p.calls) for p in probes_of(task).values())
+
+
 def usable(probe: Probe, twins: int) -> bool:
     """Whether the probe can end a copy and `twins` twins (`checks`)."""
     return any(c.decides for c in probe.calls) and sum(len(c.others) for c in probe.calls) >= twins

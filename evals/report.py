@@ -87,6 +87,24 @@ def split_fields(records: list[dict], split_of: dict[str, str], k: int) -> dict:
     return {"per_split": out}
 
 
+def behaviour_fields(tasks: list) -> dict:
+    """`behaviour_graded_tasks`: how many of the eval's tasks are graded by behaviour (a
+    deciding test has a recorded probe); the others' twins end with constant checks, which a
+    patch that reads the test files can tell apart (docs/tasks.md)."""
+    from swefleet.envs.behaviour import graded_by_behaviour
+
+    return {"behaviour_graded_tasks": sum(graded_by_behaviour(t) for t in tasks),
+            "selected_tasks": len(tasks)}
+
+
+def _behaviour_lines(report: dict) -> list[str]:
+    if "behaviour_graded_tasks" not in report:
+        return []
+    n, of = report["behaviour_graded_tasks"], report["selected_tasks"]
+    rest = f"; {of - n} by constant checks only" if n < of else ""
+    return [f"- graded by behaviour probes: {n} of {of} tasks{rest}"]
+
+
 def _split_lines(report: dict) -> list[str]:
     lines = []
     for split, f in report.get("per_split", {}).items():
@@ -116,6 +134,7 @@ def report_markdown(report: dict) -> str:
          f"infra errors: {report['infra_errors']} "
          f"(rate with them as failures: {report['success_rate_infra_as_failure']:.1%})"
          f", tampered grades: {report.get('tampered', 0)}"),
+        *_behaviour_lines(report),
         "- pass@k: " + ", ".join(f"k={k}: {_pct(v)}" for k, v in report["pass_at_k"].items()),
         "- pass^k: " + ", ".join(f"k={k}: {_pct(v)}" for k, v in report["pass_hat_k"].items()),
         (f"- flip rate: {report['flip_rate']:.1%}; tokens/episode: {report['tokens_mean']:.0f}; "

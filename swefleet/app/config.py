@@ -113,6 +113,14 @@ class TasksConfig(BaseModel):
     the run logs and records how many (`task_selection.json`)."""
     skip_never_solved: bool = False
     """RL skips tasks whose recorded pass rate is 0."""
+    behaviour_graded_only: bool = False
+    """Keep only tasks graded by behaviour: a deciding test has a recorded behaviour probe
+    (`swefleet tasks probes`), so its renamed copy and twins end with calls of the code under
+    test. On the others they end with constant checks, which a patch that reads and evaluates
+    the test files can tell apart (docs/tasks.md, "Limits"). Applied before `limit`, in `rl`,
+    `sft` and `eval` alike; `swefleet rl` records how many were dropped
+    (`task_selection.json`), and an eval reports how many of its tasks are graded by behaviour
+    either way."""
     allow_test_split: bool = False
     """Let `swefleet rl` and `swefleet sft` train on tasks of an evaluation split: `test`
     (SWE-bench's evaluation sets: docs/tasks.md) or any split named `heldout*`. False: such

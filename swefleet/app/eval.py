@@ -33,7 +33,7 @@ from pathlib import Path
 from swefleet.evals.chat_endpoint import api_key_from_env, chat_model_name, serving_fields
 from swefleet.evals.export import EVAL_META, trajectory_path
 from swefleet.evals.harness_logs import instance_log_dir, write_instance_logs
-from swefleet.evals.report import build_report, report_markdown, split_fields
+from swefleet.evals.report import behaviour_fields, build_report, report_markdown, split_fields
 from swefleet.evals.resume import drop_retryable
 from swefleet.evals.select import select_by_flags
 from swefleet.evals.served import check_served_model
@@ -91,6 +91,7 @@ def run_eval_cli(args: argparse.Namespace) -> int:
     records = [r for r in read_jsonl(out / "episodes.jsonl") if r["task_id"] in selected]
     report = build_report(records, args.k)
     report.update(split_fields(records, {t.instance_id: t.split for t in tasks}, args.k))
+    report.update(behaviour_fields(tasks))
     report.update(cost_fields(report, cfg.orchestrator))
     if args.agent == "model":
         report.update(serving_fields(args.api, args.model, args.server,

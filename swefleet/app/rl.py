@@ -48,7 +48,7 @@ def run_rl(cfg: RunConfig, restart: bool = False) -> int:
         log.info("%s holds a run: resuming it", out)
     write_json_atomic(run_dir.root / ("config.resumed.json" if resuming else "config.json"),
                       cfg.model_dump(mode="json"))
-    if trained and cfg.tasks.difficulty_key:
+    if trained and (cfg.tasks.difficulty_key or cfg.tasks.behaviour_graded_only):
         write_json_atomic(run_dir.root / "task_selection.json", rl_task_selection(cfg)[1])
     if trained:
         from swefleet.evals.trained_tasks import record_trained_tasks
@@ -88,11 +88,9 @@ def prepare_model(cfg: RunConfig, run_dir: RunDir) -> Path:
 def prepare_tasks(cfg: RunConfig, select=None):
     """Load the configured tasks (`select` may narrow them) and build their images."""
     from swefleet.envs.images import build_base_image
-    from swefleet.envs.tasks import load_tasks, prepare_task_images
+    from swefleet.envs.tasks import prepare_task_images
 
-    tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
-    if cfg.tasks.limit:
-        tasks = tasks[: cfg.tasks.limit]
+    tasks = configured_tasks(cfg)
     if select is not None:
         tasks = select(tasks)
     if not tasks:
@@ -103,21 +101,47 @@ def prepare_tasks(cfg: RunConfig, select=None):
     return tasks
 
 
-def rl_task_selection(cfg: RunConfig, tasks: list | None = None) -> tuple[list, dict]:
-    """RL's tasks after `[tasks]`'s difficulty skips, and what was skipped (logged once)."""
-    from swefleet.envs.difficulty import select_by_difficulty
+def configured_tasks(cfg: RunConfig) -> list:
+    """The task file's tasks of `tasks.split`, only those graded by behaviour with
+    `tasks.behaviour_graded_only`, then at most `tasks.limit` (no images built)."""
+    from swefleet.envs.behaviour import graded_by_behaviour
     from swefleet.envs.tasks import load_tasks
 
+    tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
+    if cfg.tasks.behaviour_graded_only:
+        tasks = [t for t in tasks if graded_by_behaviour(t)]
+    return tasks[: cfg.tasks.limit or None]
+
+
+def _behaviour_selection(cfg: RunConfig) -> dict:
+    """What `tasks.behaviour_graded_only` dropped (over the split, before `limit`)."""
+    from swefleet.envs.behaviour import graded_by_behaviour
+    from swefleet.envs.tasks import load_tasks
+
+    if not cfg.tasks.behaviour_graded_only:
+        return {}
+    tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
+    graded = sum(graded_by_behaviour(t) for t in tasks)
+    return {"behaviour_graded_only": True, "in_split": len(tasks),
+            "dropped_constant_checks_only": len(tasks) - graded}
+
+
+def rl_task_selection(cfg: RunConfig, tasks: list | None = None) -> tuple[list, dict]:
+    """RL's tasks after `[tasks]`'s difficulty skips, and what was skipped: by those and by
+    `tasks.behaviour_graded_only` (logged once)."""
+    from swefleet.envs.difficulty import select_by_difficulty
+
     if tasks is None:
-        tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)[: cfg.tasks.limit or None]
+        tasks = configured_tasks(cfg)
     t = cfg.tasks
+    info = _behaviour_selection(cfg)
     if not t.difficulty_key:
-        return tasks, {}
+        return tasks, info
     kept, counts = select_by_difficulty(tasks, t.difficulty_key, t.skip_always_solved,
                                         t.skip_never_solved)
-    info = {"difficulty_key": t.difficulty_key, "tasks": len(tasks), "kept": len(kept),
-            "skipped_always_solved": counts["always_solved"],
-            "skipped_never_solved": counts["never_solved"], "unmeasured": counts["unmeasured"]}
+    info |= {"difficulty_key": t.difficulty_key, "tasks": len(tasks), "kept": len(kept),
+             "skipped_always_solved": counts["always_solved"],
+             "skipped_never_solved": counts["never_solved"], "unmeasured": counts["unmeasured"]}
     return kept, info
 
 
@@ -125,12 +149,15 @@ def training_tasks(cfg: RunConfig, rl: bool = False) -> list:
     """The configured tasks (no images built), refused with one line when some are of a test
     split and `tasks.allow_test_split` is off: a training run never takes an evaluation set by
     default. `rl`: after the difficulty skips (`rl_task_selection`)."""
-    from swefleet.envs.tasks import is_evaluation_split, load_tasks
+    from swefleet.envs.tasks import is_evaluation_split
 
-    tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)[: cfg.tasks.limit or None]
+    tasks = configured_tasks(cfg)
     if rl and tasks:
         tasks, info = rl_task_selection(cfg, tasks)
-        if info:
+        if "dropped_constant_checks_only" in info:
+            log.info("tasks graded by behaviour only: dropped %d of %d (constant checks only)",
+                     info["dropped_constant_checks_only"], info["in_split"])
+        if "difficulty_key" in info:
             log.info("tasks by %s: %d of %d kept; skipped %d always solved, %d never solved; "
                      "%d unmeasured (kept)", info["difficulty_key"], info["kept"], info["tasks"],
                      info["skipped_always_solved"], info["skipped_never_solved"],
@@ -157,7 +184,9 @@ def _no_tasks(cfg: RunConfig) -> str:
 
     splits = sorted({t.split for t in load_tasks(cfg.tasks.path)}) if cfg.tasks.split else []
     has = f"; its tasks are of split {', '.join(splits)}" if splits else ""
-    return f"no tasks in {cfg.tasks.path} (split={cfg.tasks.split}){has}"
+    only = ", graded by behaviour (tasks.behaviour_graded_only)" \
+        if cfg.tasks.behaviour_graded_only else ""
+    return f"no tasks in {cfg.tasks.path} (split={cfg.tasks.split}{only}){has}"
 
 
 async def _run(cfg: RunConfig, run_dir: RunDir, run_id: str) -> int:
