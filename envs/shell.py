@@ -54,11 +54,11 @@ __sf_exit() {  # the end marker first (the caller waits for it), then the state 
 } 2>/dev/null  # (also hides `set -x` traces of the helpers)
 __sf_save() {  # (volatile and call-stack specials are dropped: an unchanged state dumps the same)
   builtin unset -v __sf_c __sf_q __sf_h __sf_n __sf_new __sf_old __sf_rc __sf_last __sf_jn \
-    __sf_out __sf_f __sf_fn __sf_fast _ BASH_COMMAND EPOCHREALTIME EPOCHSECONDS LINENO \
+    __sf_out __sf_f __sf_fn __sf_fast __sf_ev0 _ BASH_COMMAND EPOCHREALTIME EPOCHSECONDS LINENO \
     PIPESTATUS RANDOM SRANDOM SECONDS GROUPS BASHPID BASH_SUBSHELL BASH_ARGV0 COMP_WORDBREAKS \
     FUNCNAME HISTCMD
   builtin unset -f __sf_pre __sf_exit __sf_wait __sf_fin __sf_end __sf_sync __sf_reap unset \
-    __sf_save
+    __sf_save __sf_events
   { builtin printf '%s\0builtin cd -- %q\n' "$__sf_ok" "$PWD"  # job number: the trap ran
     builtin unset -v __sf_ok
     builtin declare -p
@@ -82,11 +82,18 @@ __sf_fin() {  # the end marker unless the job's trap wrote it; true if the state
   [[ ${__sf_new[1]-}${__sf_new[2]-} != "$__sf_old" ]] || builtin return
   __sf_old=${__sf_new[1]-}${__sf_new[2]-} __sf_fn=${__sf_new[2]:+1}
 }
-__sf_end() {  # flag 1: the pids limit is (nearly) reached, e.g. by a fork bomb left running;
-  builtin local f=2 c  # 2: no pids cgroup to read (the caller judges by the output)
+__sf_end() {  # flag 1: the pids limit is (nearly) reached, e.g. by a fork bomb left running,
+  # or a fork failed at the limit during the job and what is left still fills half of it;
+  builtin local f=2 c e  # 2: no pids cgroup to read (the caller judges by the output)
   [[ -n $__sf_pids ]] && f=0 && builtin read -r c <"$__sf_pids" &&
-    (( c >= __sf_pmax - 2 - __sf_pmax / 50 )) && f=1
+    { (( c >= __sf_pmax - 2 - __sf_pmax / 50 )) ||
+      { __sf_events e; (( e > ${__sf_ev0:-0} && 2 * c >= __sf_pmax )); }; } && f=1
   builtin printf '\036%s:E%d:%d:%d\n' "$__sf_id" "$1" "$__sf_rc" "$f"
+}
+__sf_events() {  # into variable $1: how many forks the pids limit refused so far (0: unknown)
+  builtin local k n; builtin printf -v "$1" 0
+  [[ -n $__sf_pev ]] && builtin read -r k n <"$__sf_pev" && [[ $k == max && $n == +([0-9]) ]] &&
+    builtin printf -v "$1" %s "$n"
 }
 __sf_sync() { builtin printf '\036%s:S%d:0:0\n' "$__sf_id" "$1"; }  # flushes what came before
 __sf_reap() {  # after job $1: kill what it left running (its process group), then say so
@@ -96,9 +103,10 @@ __sf_reap() {  # after job $1: kill what it left running (its process group), th
   fi
   builtin printf '\036%s:F%d:0:0\n' "$__sf_id" "$1"  # what comes before is not the next job's
 }
-__sf_pids=
+__sf_pids= __sf_pev=
 for __sf_f in /sys/fs/cgroup/pids/pids /sys/fs/cgroup/pids; do
-  [[ -r $__sf_f.max ]] && builtin read -r __sf_pmax <"$__sf_f.max" && __sf_pids=$__sf_f.current && break
+  [[ -r $__sf_f.max ]] && builtin read -r __sf_pmax <"$__sf_f.max" && __sf_pids=$__sf_f.current &&
+    { [[ -r $__sf_f.events ]] && __sf_pev=$__sf_f.events; builtin break; }
 done 2>/dev/null
 [[ $__sf_pmax == +([0-9]) ]] || __sf_pids=
 """
@@ -113,7 +121,7 @@ LOOP = r"""while TMOUT= builtin read -r -N 21 __sf_h; do
   __sf_n=$((10#${__sf_h:1:10}))
   case ${__sf_h::1} in
     [PQN]) TMOUT= builtin read -r -N $((10#${__sf_h:11:10})) __sf_q
-       builtin eval "__sf_c=$__sf_q" ;;&
+       builtin eval "__sf_c=$__sf_q"; __sf_events __sf_ev0 ;;&
     Q) if [[ -z $__sf_fn ]]; then
          (__sf_pre "$__sf_n" 1; builtin eval "$__sf_c") </dev/null 2>&1 &
          __sf_wait "$__sf_n"; (( __sf_rc == 0 )) || __sf_end "$__sf_n"
@@ -299,8 +307,9 @@ class PlainStream:
         return [(1, data)] if data else []
 
 
-#: What follows an end tag on its line: `<rc>:<pids>` (0; 1: the pids limit is nearly reached;
-#: 2: the shell cannot see its pids cgroup). Anything else after the tag is the
+#: What follows an end tag on its line: `<rc>:<pids>` (0; 1: the pids limit is nearly reached,
+#: or it refused a fork during the command and half of it is still taken; 2: the shell cannot
+#: see its pids cgroup). Anything else after the tag is the
 #: command's own output (the tag holds a nonce that a command can read and print).
 _END_REST = re.compile(rb"(-?\d{1,10}):([012])\n")
 #: The start of `_END_REST` (the rest of the line has not arrived yet).
