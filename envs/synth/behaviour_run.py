@@ -25,6 +25,7 @@ import ast
 import json
 import random
 import re
+import shlex
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,24 @@ def gold_seeds(test_cmd: str) -> tuple[int, ...]:
     would see another."""
     fixed = {int(m) for m in _HASH_SEED.findall(test_cmd)}
     return tuple(sorted({1, 2} | fixed))
+
+
+def command_env(test_cmd: str) -> str:
+    """`export NAME=value; ` for each variable assignment the task's test command starts with
+    (`WCWIDTH_PYTHON=1`: wcwidth's conftest fails every test that runs without it), as a
+    prefix for the recorder's commands; `PYTHONHASHSEED` is left out (each run sets its own)."""
+    try:
+        words = shlex.split(test_cmd)
+    except ValueError:
+        return ""
+    kept = []
+    for word in words:
+        name, eq, _ = word.partition("=")
+        if not eq or not name.isidentifier():
+            break
+        if name != "PYTHONHASHSEED":
+            kept.append(shlex.quote(word))
+    return f"export {' '.join(kept)}; " if kept else ""
 
 
 @dataclass
@@ -196,11 +215,11 @@ async def _json(sb, path: str):
     return json.loads((await sb.read_file(path)).decode())
 
 
-async def _eval(sb, calls: list[dict], seed: int) -> list[str | None]:
+async def _eval(sb, calls: list[dict], seed: int, env: str) -> list[str | None]:
     await sb.write_file(f"{_DIR}/calls.json", json.dumps({"calls": calls}).encode())
     # -B and no caches: a mutant as long as the gold line, written within the same second,
     # would otherwise be read from the gold code's bytecode (checked by mtime and size)
-    r = await sb.exec("find . -name __pycache__ -prune -exec rm -rf {} + ; "
+    r = await sb.exec(env + "find . -name __pycache__ -prune -exec rm -rf {} + ; "
                       f"PYTHONHASHSEED={seed} python3 -B {_DIR}/call_values.py eval "
                       f"{_DIR}/calls.json {_DIR}/values.json", timeout_s=RUN_TIMEOUT_S)
     if r.exit_code != 0:
@@ -228,13 +247,14 @@ async def _record(sb, task: Task) -> Recorded:
     texts = [task.problem_statement] + [
         await _read(sb, p) for p in {t.split("::", 1)[0] for t in task.FAIL_TO_PASS}]
     text = "\n".join(t for t in texts if t)
-    called = await _call_probes(sb, task, out, paths, gold, base, text)
+    env = command_env(task.test_cmd)
+    called = await _call_probes(sb, task, out, paths, gold, base, text, env)
     rest = [f for f in out.deciding if f not in out.probes]
     if rest:
         mutants = mutant_sources(gold, base, called, SCOPE_MUTANTS, seed=len(task.instance_id))
         tests = [t for t in task.FAIL_TO_PASS if function_id(t) in rest]
         out.probes.update(await _scope_probes(sb, tests, gold, base, mutants, text,
-                                              gold_seeds(task.test_cmd)))
+                                              gold_seeds(task.test_cmd), env))
     if not out.probes:
         out.reason = ("the deciding tests made no plain call and no call in their scope tells "
                       "the gold behaviour apart" if not out.calls else
@@ -243,7 +263,7 @@ async def _record(sb, task: Task) -> Recorded:
 
 
 async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: dict[str, str],
-                       base: dict[str, str], text: str) -> set[str]:
+                       base: dict[str, str], text: str, env: str) -> set[str]:
     """Standalone probes (steps 2-4) into `out.probes`; returns the names of the functions the
     deciding tests called (the mutants' second choice). Leaves the gold code in place."""
     await sb.write_file(f"{_DIR}/call_values.py", _SCRIPT.read_bytes())
@@ -252,7 +272,7 @@ async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: di
     config = {"files": paths, "dirs": package_dirs(paths), "functions": out.deciding,
               "tests": sorted({t.split("::", 1)[0] for t in task.FAIL_TO_PASS})}
     await sb.write_file(f"{_DIR}/record.json", json.dumps(config).encode())
-    await sb.exec(f"python3 {_DIR}/call_values.py record {_DIR}/record.json {_DIR}/seen.json",
+    await sb.exec(f"{env}python3 {_DIR}/call_values.py record {_DIR}/record.json {_DIR}/seen.json",
                   timeout_s=RUN_TIMEOUT_S)
     seen = await _json(sb, f"{_DIR}/seen.json")
     seen += recombined(seen, DERIVED)
@@ -261,13 +281,13 @@ async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: di
     if not keys:
         return called
     calls = [dict(zip(KEY_FIELDS, k)) for k in keys]
-    gold_runs = [await _eval(sb, calls, seed) for seed in gold_seeds(task.test_cmd)]
+    gold_runs = [await _eval(sb, calls, seed, env) for seed in gold_seeds(task.test_cmd)]
     await _write_all(sb, base)
-    base_values = await _eval(sb, calls, 1)
+    base_values = await _eval(sb, calls, 1, env)
     mutant_values = []
     for path, source in mutant_sources(gold, base, called, MUTANTS, seed=len(task.instance_id)):
         await _write_all(sb, {**gold, path: source})
-        mutant_values.append(await _eval(sb, calls, 1))
+        mutant_values.append(await _eval(sb, calls, 1, env))
     await _write_all(sb, gold)
     changed = {n for p in paths for n in changed_functions(gold[p], base[p])}
     out.calls = len(calls)
@@ -277,10 +297,10 @@ async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: di
 
 async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[str, str],
                         mutants: list[tuple[str, str]], text: str,
-                        seeds: tuple[int, ...]) -> dict[str, dict]:
+                        seeds: tuple[int, ...], env: str = "") -> dict[str, dict]:
     """Probes in the deciding tests' own scope (`scope_probe.py`) for the functions of `tests`
     (test ids): their test files get recording copies, run with the gold code (under each of
-    `seeds`), the base code and each mutant."""
+    `seeds`), the base code and each mutant, after `env` (`command_env`)."""
     files = sorted({f.split("::", 1)[0] for f in tests})
     read = {p: await _read(sb, p) for p in files}
     originals = {p: source for p, source in read.items() if source is not None}
@@ -303,7 +323,7 @@ async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[s
 
     async def run(sources: dict[str, str], seed: int) -> dict:
         await _write_all(sb, sources)
-        await sb.exec(f"mkdir -p {_DIR}; rm -f {_SCOPE_OUT}; find . -name __pycache__ -prune -exec rm -rf {{}} + ;"
+        await sb.exec(f"{env}mkdir -p {_DIR}; rm -f {_SCOPE_OUT}; find . -name __pycache__ -prune -exec rm -rf {{}} + ;"
                       f" PYTHONHASHSEED={seed} timeout -s KILL {SCOPE_TIMEOUT_S} python3 -B -m "
                       "pytest -q -p no:cacheprovider -o addopts= --color=no -k sfrec "
                       + " ".join(originals), timeout_s=SCOPE_TIMEOUT_S + 30)

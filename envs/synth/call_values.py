@@ -226,16 +226,16 @@ _NONE = object()
 
 
 def _without_defaults(keywords: dict, function) -> dict:
-    """`keywords` less the parameters whose value is their own default object and not plain
-    (`cache_setitem=Cache.__setitem__`, a common idiom): recorded as left out, so that the call
-    stays replayable."""
-    if all(plain(v) for v in keywords.values()):
-        return keywords
+    """`keywords` less the parameters whose value is their own default object: recorded as
+    left out, so that a replayed call takes the default of the code it runs on (where a
+    wrong default is the bug, `tabsize=8` written out would hide it from the base code), and
+    a default that is not plain (`cache_setitem=Cache.__setitem__`, a common idiom) keeps the
+    call replayable."""
     defaults = dict(function.__kwdefaults__ or {})
     names = function.__code__.co_varnames[: function.__code__.co_argcount]
     positional = function.__defaults__ or ()
     defaults |= dict(zip(names[len(names) - len(positional):], positional))
-    return {n: v for n, v in keywords.items() if plain(v) or defaults.get(n, _NONE) is not v}
+    return {n: v for n, v in keywords.items() if defaults.get(n, _NONE) is not v}
 
 
 def _reaches(receiver, code) -> bool:

@@ -56,6 +56,30 @@ def test_the_recorder_keeps_plain_calls_and_who_made_them(tmp_path):
     assert _values(root, "eval", {"calls": calls}) == ["'5!'", None, None]
 
 
+def test_arguments_left_at_their_default_are_recorded_left_out(tmp_path):
+    """A wrong default is a bug kind: the call replays with the default of the code it runs
+    on, so the base code's default shows; a value passed that is not the default is kept."""
+    gold = "def pad(text, width=8, fill=' ', *, sep=None):\n    return text.ljust(width, fill)\n"
+    root = _project(tmp_path, gold)
+    (root / "tests" / "test_pkg.py").write_text(
+        "from pkg import pad\n\n\ndef test_pad():\n    assert pad('a') == 'a' + ' ' * 7\n"
+        "    assert pad('b', 3, fill='.') == 'b..'\n")
+    seen = _values(root, "record", {"files": ["pkg/__init__.py"], "tests": ["tests"]})
+    assert sorted(s["kwargs"] for s in seen) == ["{'text': 'a'}",
+                                                 "{'text': 'b', 'width': 3, 'fill': '.'}"]
+    (root / "pkg" / "__init__.py").write_text(gold.replace("width=8", "width=7"))  # the base
+    calls = [{"module": "pkg", "name": "pad", "args": "()", "kwargs": s["kwargs"]} for s in seen]
+    assert sorted(_values(root, "eval", {"calls": calls})) == ["'a      '", "'b..'"]
+
+
+def test_the_recorder_takes_the_test_commands_variables():
+    env = behaviour_run.command_env
+    assert env("WCWIDTH_PYTHON=1 PYTHONHASHSEED=0 python3 -m pytest -rA") \
+        == "export WCWIDTH_PYTHON=1; "
+    assert env("PYTHONHASHSEED=0 python3 -m pytest") == env("python3 -m pytest X=1") == ""
+    assert env("A='x y' B=2 pytest") == "export 'A=x y' B=2; " and env("A='unclosed") == ""
+
+
 def _planted(probe: behaviour.Probe) -> str:
     text, twins = canary_twins.plant(TEST, "tests/test_pkg.py", ["tests/test_pkg.py::test_render"],
                                      ["tests/test_pkg.py::test_render"], random.Random(7),
@@ -157,11 +181,12 @@ def test_the_recorder_keeps_methods_of_objects_built_from_literals(tmp_path, mon
     seen = _values(tmp_path, "record", {"files": ["shapes.py"],
                                         "tests": ["tests/test_shapes.py"]})
     got = {(s["name"], s["args"], s["kwargs"], s["init"], s["result"]) for s in seen}
-    assert ("Box.area", "()", "{'scale': 2}", "((), {'width': 3, 'height': 1})", "6") in got
-    assert ("Box.area", "()", "{'scale': 1}", "((), {'width': 2, 'height': 5})", "10") in got
-    assert ("Box.area", "()", "{'scale': 1}", "((), {'width': 4, 'height': 4})", "16") in got
+    # (arguments left at their default are recorded left out: `height=1`, `scale=1`)
+    assert ("Box.area", "()", "{'scale': 2}", "((), {'width': 3})", "6") in got
+    assert ("Box.area", "()", "{}", "((), {'width': 2, 'height': 5})", "10") in got
+    assert ("Box.area", "()", "{}", "((), {'width': 4, 'height': 4})", "16") in got
     assert ("Box.unit", "()", "{'name': 'cm'}", "", "'CM'") in got  # static method
-    assert ("Wide.area", "()", "{'scale': 1}", "((), {'width': 1, 'height': 1})", "2") in got
+    assert ("Wide.area", "()", "{}", "((), {'width': 1})", "2") in got
     # the class method returns an object whose repr names an address: not kept; neither is
     # Wide's area reached through super(), nor any call on the test's own subclass
     assert not [g for g in got if g[0] == "Box.square" or "81" in g[4] or "9" in g[3]]
@@ -169,7 +194,7 @@ def test_the_recorder_keeps_methods_of_objects_built_from_literals(tmp_path, mon
     values = _values(tmp_path, "eval", {"calls": calls})
     assert values == [s["result"] for s in seen]  # a new object replays each call
     call = behaviour.ProbeCall(call="shapes:Box.area", args="()", kwargs="{'scale': 2}",
-                               init="((), {'width': 3, 'height': 1})", gold="6", decides=True)
+                               init="((), {'width': 3})", gold="6", decides=True)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert eval(call.expression(), {}) == "6"  # what a planted check runs
 
@@ -212,10 +237,10 @@ def test_state_built_by_several_calls_is_replayed(tmp_path, monkeypatch):
     puts = ("('put', '()', \"{'key': 'a', 'value': 1}\"), "
             "('put', '()', \"{'key': 'b', 'value': 2}\"), "
             "('put', '()', \"{'key': 'c', 'value': 3}\")")
-    first_get = "('get', '()', \"{'key': 'a', 'default': None}\")"
+    first_get = "('get', '()', \"{'key': 'a'}\")"  # (`default=None` left out)
     # every call the test made on the object counts, reads too (a read may move an LRU entry)
-    assert gets == {("{'key': 'a', 'default': None}", f"({puts})", "None"),
-                    ("{'key': 'c', 'default': None}", f"({puts}, {first_get})", "3")}
+    assert gets == {("{'key': 'a'}", f"({puts})", "None"),
+                    ("{'key': 'c'}", f"({puts}, {first_get})", "3")}
     # the first put's history is empty; after a put with an object, nothing on `c` is kept
     assert ("Cache.put", "", "1") in {(s["name"], s["history"], s["result"]) for s in seen}
     assert not [s for s in seen if s["test"].endswith("test_tainted") and s["name"] != "Cache.put"]
