@@ -65,23 +65,39 @@ def bwrap_exe(path: str = "") -> str:
     return path or "bwrap"
 
 
+#: bwrap executables whose namespace probe passed (probed once per process).
+_probed: set[str] = set()
+#: Probe runs before bwrap counts as unable to make namespaces: binding the host's `/` fails
+#: now and then while Docker mounts or unmounts a container's files (`Can't bind mount
+#: /oldroot/ ... Invalid argument` on a container's `resolv.conf`).
+PROBE_ATTEMPTS = 3
+
+
 def check_tools(bwrap: str = "") -> None:
     """`BwrapMissing` unless the tools exist and bwrap can make its namespaces here (as root,
-    or as this user where the kernel allows unprivileged user namespaces)."""
+    or as this user where the kernel allows unprivileged user namespaces); a passed probe is
+    not run again for the same executable."""
     exe = bwrap_exe(bwrap)
+    if exe in _probed:
+        return
     missing = [t for t in (exe, "nsenter", "prlimit", "setpriv") if shutil.which(t) is None]
     if missing:
         raise BwrapMissing(f"the bwrap backend needs {', '.join(missing)} (apt-get install "
                            "bubblewrap util-linux, or [envs.bwrap] bwrap_path)")
-    probe = subprocess.run([exe, "--unshare-all", "--unshare-user", "--die-with-parent",
-                            "--ro-bind", "/", "/", "true"],
-                           capture_output=True, text=True, timeout=30, check=False)
-    if probe.returncode != 0:  # e.g. user namespaces disabled by the kernel or a seccomp policy
-        why = (probe.stderr.strip().splitlines() or ["no error text"])[-1]
-        who = "" if os.getuid() == 0 else (
-            f" (not root: uid {os.getuid()} needs unprivileged user namespaces, e.g. sysctl "
-            "kernel.unprivileged_userns_clone=1 / kernel.apparmor_restrict_unprivileged_userns=0)")
-        raise BwrapMissing(f"bwrap cannot create its namespaces on this machine{who}: {why}")
+    for attempt in range(PROBE_ATTEMPTS):
+        probe = subprocess.run([exe, "--unshare-all", "--unshare-user", "--die-with-parent",
+                                "--ro-bind", "/", "/", "true"],
+                               capture_output=True, text=True, timeout=30, check=False)
+        if probe.returncode == 0:
+            _probed.add(exe)
+            return
+        time.sleep(0.2 * (attempt + 1))
+    # e.g. user namespaces disabled by the kernel or a seccomp policy
+    why = (probe.stderr.strip().splitlines() or ["no error text"])[-1]
+    who = "" if os.getuid() == 0 else (
+        f" (not root: uid {os.getuid()} needs unprivileged user namespaces, e.g. sysctl "
+        "kernel.unprivileged_userns_clone=1 / kernel.apparmor_restrict_unprivileged_userns=0)")
+    raise BwrapMissing(f"bwrap cannot create its namespaces on this machine{who}: {why}")
 
 
 def _host_uid(cfg: BwrapConfig) -> int:
