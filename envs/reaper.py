@@ -109,13 +109,16 @@ def _remove_until_none_listed(client: Any, run_id: str, timeout_s: float = 60.0)
     old daemon and exits (auto-removed) later. Logs what is still there after `timeout_s`."""
     removed = 0
     deadline = time.monotonic() + timeout_s
-    while ids := [rec["Id"] for rec in c.list_sandboxes(client, run_id)]:
-        if time.monotonic() > deadline:
+    ids = [rec["Id"] for rec in c.list_sandboxes(client, run_id)]
+    while ids:
+        removed += len(_remove_all(client, ids))
+        ids = [rec["Id"] for rec in c.list_sandboxes(client, run_id)]
+        if ids and time.monotonic() > deadline:
             log.warning("%d container(s) of %s still listed after %.0fs: %s", len(ids), run_id,
                         timeout_s, ", ".join(i[:12] for i in ids))
             break
-        removed += len(_remove_all(client, ids))
-        time.sleep(0.2)
+        if ids:
+            time.sleep(0.2)
     return removed
 
 

@@ -87,7 +87,7 @@ __sf_end() {  # flag 1: the pids limit is (nearly) reached, e.g. by a fork bomb 
   builtin local f=2 c e  # 2: no pids cgroup to read (the caller judges by the output)
   [[ -n $__sf_pids ]] && f=0 && builtin read -r c <"$__sf_pids" &&
     { (( c >= __sf_pmax - 2 - __sf_pmax / 50 )) ||
-      { __sf_events e; (( e > ${__sf_ev0:-0} && 2 * c >= __sf_pmax )); }; } && f=1
+      { (( 2 * c >= __sf_pmax )) && __sf_events e && (( e > ${__sf_ev0:-0} )); }; } && f=1
   builtin printf '\036%s:E%d:%d:%d\n' "$__sf_id" "$1" "$__sf_rc" "$f"
 }
 __sf_events() {  # into variable $1: how many forks the pids limit refused so far (0: unknown)
