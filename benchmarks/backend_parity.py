@@ -2,7 +2,8 @@
 
     python benchmarks/backend_parity.py --tasks envs/data/quickstart/tasks.jsonl
                                         [--slice 0:10] [--hacks a,b] [--concurrency 2]
-                                        [--gold-repeats 20]
+                                        [--gold-repeats 20] [--record FILE [--fewer-than 20]]
+    python benchmarks/backend_parity.py --tasks FILE --record FILE --summary 20
 
 For each task: the gold patch, the empty patch, and each technique of the hostile catalogue
 (`tests/integration/test_grading_hostile.py`, described in docs/tasks.md). A technique that
@@ -14,11 +15,18 @@ Prints a table (one row per case, the two verdicts) and, last, one JSON object: 
 agreements, disagreements (task, case, the fields that differ, both verdicts with reasons),
 seconds per backend, and per backend the gold grades, how many resolved and how many were
 graded `tampered`. Exit status 1 when any case disagrees.
+
+`--record FILE` appends, after the grading, one line per task with its gold grades per backend
+(`envs/gold_record.py`); with `--fewer-than N` only the tasks the record holds fewer than N gold
+grades of (on either backend) are graded, before `--slice` and `--per-split`, so a long grading
+campaign runs in chunks. `--summary N` grades nothing: it prints what the record says of the task
+file (tasks with N or more gold grades on each backend, and the grades in all).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import difflib
 import json
 import subprocess
@@ -28,6 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from swefleet.envs.gold_record import (
+    append_record,
+    fewest_grades,
+    read_record,
+    record_lines,
+    record_summary,
+)
 from swefleet.envs.gradelog import patch_paths
 from swefleet.envs.parity import Case, check_parity
 from swefleet.envs.tasks import load_tasks, prepare_task_images
@@ -94,6 +109,20 @@ def gold_counts(cases: list[Case], verdicts: dict[str, list[dict]]) -> dict[str,
             for backend, got in verdicts.items()}
 
 
+def _today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def _commit() -> str:
+    """The checkout's commit (short), `+changes` when its tracked files differ from it."""
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=root,
+                          capture_output=True, text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":!benchmarks/results"],
+                           check=False, cwd=root).returncode
+    return head + ("+changes" if dirty else "")
+
+
 def parse_slice(text: str) -> slice:
     start, _, stop = text.partition(":")
     return slice(int(start) if start else None, int(stop) if stop else None)
@@ -111,14 +140,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=2, help="grades at once per backend")
     p.add_argument("--gold-repeats", type=int, default=1,
                    help="grades of each gold patch per backend (each with a fresh secret seed)")
+    p.add_argument("--record", type=Path, help="a gold-grade record (jsonl) to append to")
+    p.add_argument("--fewer-than", type=int, default=0,
+                   help="only tasks with fewer than N gold grades per backend in --record")
+    p.add_argument("--summary", type=int, default=0,
+                   help="print what --record says of the tasks (N grades wanted) and stop")
     args = p.parse_args(argv)
+    if (args.fewer_than or args.summary) and not args.record:
+        p.error("--fewer-than and --summary need --record")
     names = [n for n in args.hacks.split(",") if n and args.hacks != "none"]
     unknown = sorted(set(names) - {h.name for h in HACKS})
     if unknown:
         p.error(f"unknown technique(s): {', '.join(unknown)}; known: "
                 f"{', '.join(h.name for h in HACKS)}")
     hacks = [] if args.hacks == "none" else [h for h in HACKS if not names or h.name in names]
-    tasks = load_tasks(args.tasks)[parse_slice(args.slice)]
+    tasks = load_tasks(args.tasks)
+    if args.summary:
+        lines = read_record(args.record)
+        print(json.dumps(record_summary(tasks, lines, args.summary)))
+        return 0
+    if args.fewer_than:
+        fewest = fewest_grades(tasks, read_record(args.record))
+        tasks = [t for t in tasks if fewest[t.instance_id] < args.fewer_than]
+    tasks = tasks[parse_slice(args.slice)]
     if args.per_split:
         tasks = spread_over_packages(tasks, args.per_split)
     prepare_task_images(tasks, args.tasks)
@@ -126,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     report = check_parity(cases, f"parity-{uuid.uuid4().hex[:8]}", concurrency=args.concurrency)
     print(report.table())
     summary = {**report.summary(), "gold": gold_counts(cases, report.verdicts)}
+    if args.record:
+        append_record(args.record, record_lines(cases, report.verdicts, _today(), _commit()))
     print(json.dumps(summary))
     return 1 if summary["disagreements"] else 0
 
