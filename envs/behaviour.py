@@ -24,6 +24,8 @@ from pydantic import BaseModel, Field
 from swefleet.envs import safe_ast
 
 _NUDGE_WORD = re.compile(r"[A-Za-z0-9]{4,}")
+#: Items of an iterator a call returns that make its value (`ProbeCall.drain`).
+DRAIN_ITEMS = 100
 
 
 class ProbeCall(BaseModel):
@@ -48,6 +50,9 @@ class ProbeCall(BaseModel):
     history: str = ""
     """For a method: `repr` of the calls made on the new object first, in order (a tuple of
     (method, args, kwargs) texts), replaying the state the test built up; '' for none."""
+    drain: bool = False
+    """Whether the call returns an iterator: its value is the list of its first `DRAIN_ITEMS`
+    items (`list(itertools.islice(<call>, DRAIN_ITEMS))`), made at run time."""
     scope: str = ""
     """An expression in the deciding test's own scope, evaluated after its body (a call on an
     object the test built: `cache.get(4)`; `envs/synth/scope_probe.py`); `call` then names the
@@ -57,18 +62,24 @@ class ProbeCall(BaseModel):
         """The check's left side: the call, made at run time, as `repr` text."""
         if self.scope:
             return f"repr({self.scope})"
+        value = self._call()
+        if self.drain:
+            value = f"list(__import__('itertools').islice({value}, {DRAIN_ITEMS}))"
+        return f"repr({value})"
+
+    def _call(self) -> str:
         module, name = self.call.split(":")
         target = f"__import__({module!r}, fromlist=['_'])"
         if not self.init:
-            return f"repr({target}.{name}(*{self.args}, **{self.kwargs}))"
+            return f"{target}.{name}(*{self.args}, **{self.kwargs})"
         owner, _, method = name.rpartition(".")
         positional, keywords = safe_ast.literal_eval(self.init)
         built = f"{target}.{owner}(*{positional!r}, **{keywords!r})"
         steps = [f"o.{m}(*{a}, **{k})" for m, a, k in safe_ast.literal_eval(self.history or "()")]
         steps.append(f"o.{method}(*{self.args}, **{self.kwargs})")
         if len(steps) == 1:
-            return f"repr({built}.{method}(*{self.args}, **{self.kwargs}))"
-        return f"repr((lambda o: [{', '.join(steps)}][-1])({built}))"
+            return f"{built}.{method}(*{self.args}, **{self.kwargs})"
+        return f"(lambda o: [{', '.join(steps)}][-1])({built})"
 
 
 class Probe(BaseModel):
@@ -177,6 +188,7 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
                 + len(gold))
         kept.append((rank, ProbeCall(call=c["call"], args=c["args"], kwargs=c["kwargs"],
                                      init=init, history=history, scope=scope, gold=gold,
+                                     drain=bool(c.get("drain")),
                                      decides=decides, others=others)))
     kept.sort(key=lambda x: x[0])
     calls = [c for _, c in kept]

@@ -146,7 +146,7 @@ def mutant_sources(gold: dict[str, str], base: dict[str, str], called: set[str],
 
 #: What makes a call distinct (a method's object: how it was built, `init`, and the calls made
 #: on it before, `history`).
-KEY_FIELDS = ("module", "name", "args", "kwargs", "init", "history")
+KEY_FIELDS = ("module", "name", "args", "kwargs", "init", "history", "drain")
 
 
 def call_key(call: dict) -> tuple:
@@ -355,7 +355,7 @@ def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, te
         by_function.setdefault(function_id(s["test"]), []).append({
             "call": f"{s['module']}:{s['name']}", "args": s["args"], "kwargs": s["kwargs"],
             "init": s.get("init", ""), "history": s.get("history", ""),
-            "traced": s["result"], "gold": [g[i] for g in gold_runs], "base": base_values[i],
+            "drain": bool(s.get("drain")), "traced": s["result"], "gold": [g[i] for g in gold_runs], "base": base_values[i],
             "mutants": [m[i] for m in mutant_values], "changed": s["name"] in changed,
             "inner": s["inner"]})
     probes = {}

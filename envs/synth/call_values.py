@@ -6,7 +6,7 @@ tests make to module-level functions, or make such calls again and report what t
         relative, their test folders left out], "tests": [pytest arguments: test files],
         "functions": [test function ids (`path::[Class::]name`) whose calls are recorded]}
         OUT: [{"test", "module", "name", "args", "kwargs", "init", "history", "inner",
-        "result"}]: calls
+        "drain", "result"}]: calls
         made while a test ran (its fixtures included) to functions of the files, with
         arguments plain literals (`plain`) and a result whose `repr` identifies it
         (`result_text`; args, kwargs and result as text). `name`: a module-level function
@@ -16,17 +16,22 @@ tests make to module-level functions, or make such calls again and report what t
         the test made on that object before it, in order (a tuple of (method, args, kwargs)
         texts; '' when none), so that state built up by several calls is replayed; an object
         the test called with an argument that is not plain is left out from then on (its state
-        could not be replayed). `inner`: called from a watched file, not from the test
+        could not be replayed). `inner`: called from a watched file, not from the test.
+        `drain`: the call returned an iterator (or is a generator function's): its value is
+        the list of its first `DRAIN_ITEMS` items, made when the call is made again (`result`
+        null: the test's own iterator is never consumed by the recorder)
     python3 call_values.py eval CONFIG.json OUT.json
         CONFIG: {"calls": [{"module", "name", "args", "kwargs", "init", "history"}]}
         OUT: for each call (on a new object built from `init` where it has one, after the
         calls of its `history` on that object), the `repr`
-        of its result, or null when it raised, timed out, returned something whose `repr`
+        of its result (with `drain`, of the list of its first `DRAIN_ITEMS` items), or null when it raised, timed out, returned something whose `repr`
         does not identify it (`result_text`) or gave another value when made again
 """
 
 import ast
+import dis
 import importlib
+import itertools
 import json
 import math
 import os
@@ -44,6 +49,9 @@ ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x| object at ")
 MAX_PER_TEST = 400
 #: Longest history of calls on one object that is replayed.
 MAX_HISTORY = 24
+#: Items of a returned iterator that make its value (`behaviour.DRAIN_ITEMS`, the same number).
+DRAIN_ITEMS = 100
+_DRAIN = object()
 
 
 def plain(value, depth: int = 0) -> bool:
@@ -139,20 +147,28 @@ class Recorder:
             self._enter(frame, code)
         elif event == "return":
             key = self.open.pop(id(frame), None)
-            text = None if key is None or key in self.calls else result_text(arg)
-            if text is not None and self.per_test.get(self.test, 0) < MAX_PER_TEST:
+            if key is None:
+                return
+            if not key[-1] and is_iterator(arg):
+                key = (*key[:-1], True)
+            text = _DRAIN if key[-1] else result_text(arg)
+            if (text is not None and key not in self.calls
+                    and self.per_test.get(self.test, 0) < MAX_PER_TEST):
                 self.per_test[self.test] = self.per_test.get(self.test, 0) + 1
                 self.calls[key] = text
 
     def _enter(self, frame, code) -> None:
-        skip = _CO_VARARGS | _CO_VARKEYWORDS | _CO_GENERATOR | _CO_COROUTINE | _ASYNC_GEN
+        skip = _CO_COROUTINE | _ASYNC_GEN
         found = _kind(frame, code)
-        if code.co_flags & skip or found is None:
+        generator = bool(code.co_flags & _CO_GENERATOR)
+        if code.co_flags & skip or found is None or generator and not _first_entry(frame, code):
             return
         kind, function = found
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         values = [frame.f_locals[n] for n in names]
-        posonly = code.co_posonlyargcount
+        extra_args, extra_kwargs = _starred(frame, code)
+        # before `*args` every parameter is passed by position
+        posonly = code.co_argcount if code.co_flags & _CO_VARARGS else code.co_posonlyargcount
         module, name, init, history = frame.f_globals.get("__name__"), code.co_qualname, "", ""
         caller = frame.f_back.f_code.co_filename if frame.f_back else ""
         inner = self.watches(caller)  # called by the package, not by a test
@@ -163,8 +179,8 @@ class Recorder:
             if kind == "classmethod":
                 module, name = receiver.__module__, f"{receiver.__qualname__}.{code.co_name}"
         keywords = _without_defaults(dict(zip(names[posonly:], values[posonly:], strict=True)),
-                                     function)
-        positional = tuple(values[:posonly])
+                                     function) | extra_kwargs
+        positional = tuple(values[:posonly]) + extra_args
         is_plain = all(plain(v) for v in (*positional, *keywords.values()))
         if kind == "method":
             if code.co_name == "__init__":
@@ -189,7 +205,8 @@ class Recorder:
             return
         args, kwargs = repr(positional), repr(keywords)
         if len(args) + len(kwargs) + len(init) <= MAX_REPR and len(history) <= MAX_REPR:
-            self.open[id(frame)] = (self.test, module, name, args, kwargs, init, history, inner)
+            self.open[id(frame)] = (self.test, module, name, args, kwargs, init, history, inner,
+                                    generator)
 
     def _built(self, receiver, positional: tuple, keywords: dict, by_test: bool) -> None:
         """Remember how `receiver` was built (the first `__init__` it ran: its own class's);
@@ -200,6 +217,18 @@ class Recorder:
             self.receivers[id(receiver)] = (receiver, cls.__module__, cls.__qualname__, init)
             if by_test:
                 self.history[id(receiver)] = []
+
+
+def _starred(frame, code) -> tuple[tuple, dict]:
+    """What a call passed through `*args` and `**kwargs` (empty where the function has none)."""
+    at = code.co_argcount + code.co_kwonlyargcount
+    extra_args, extra_kwargs = (), {}
+    if code.co_flags & _CO_VARARGS:
+        extra_args = tuple(frame.f_locals[code.co_varnames[at]])
+        at += 1
+    if code.co_flags & _CO_VARKEYWORDS:
+        extra_kwargs = dict(frame.f_locals[code.co_varnames[at]])
+    return extra_args, extra_kwargs
 
 
 def _kind(frame, code) -> tuple[str, object] | None:
@@ -220,6 +249,25 @@ def _kind(frame, code) -> tuple[str, object] | None:
     if kind is None and len(parts) == 2:
         return ("method", function) if code.co_argcount else None
     return kind or "function", function
+
+
+def is_iterator(value) -> bool:
+    """Whether `value` is an iterator (a generator, `map`, `islice`, ...): its `repr` names an
+    address, its value is what it yields."""
+    kind = type(value)
+    return hasattr(kind, "__next__") and hasattr(kind, "__iter__") and not plain(value)
+
+
+_FIRST_RESUME: dict = {}
+
+
+def _first_entry(frame, code) -> bool:
+    """Whether a generator's frame is entered for the first time (its arguments are its only
+    locals): each `next()` enters it again, at a later `RESUME`."""
+    if code not in _FIRST_RESUME:
+        _FIRST_RESUME[code] = next((i.offset for i in dis.get_instructions(code)
+                                    if i.opname == "RESUME"), -1)
+    return frame.f_lasti == _FIRST_RESUME[code]
 
 
 _NONE = object()
@@ -277,8 +325,8 @@ def record(config: dict, out_path: str) -> None:
                  *config["tests"]], plugins=[Plugin()])
     recorder.receivers.clear()
     recorder.history.clear()
-    fields = ("test", "module", "name", "args", "kwargs", "init", "history", "inner")
-    out = [dict(zip(fields, key), result=result)
+    fields = ("test", "module", "name", "args", "kwargs", "init", "history", "inner", "drain")
+    out = [dict(zip(fields, key), result=None if result is _DRAIN else result)
            for key, result in recorder.calls.items()]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(out, f)
@@ -307,6 +355,8 @@ def one(call: dict):
                     getattr(target, method)(*ast.literal_eval(args), **ast.literal_eval(kwargs))
             function = getattr(target, name)
             result = function(*ast.literal_eval(call["args"]), **ast.literal_eval(call["kwargs"]))
+            if call.get("drain"):
+                result = list(itertools.islice(result, DRAIN_ITEMS))
         finally:
             signal.alarm(0)
     except BaseException:  # noqa: BLE001 - any failure of the call is "no value"

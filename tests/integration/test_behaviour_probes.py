@@ -364,3 +364,49 @@ def test_a_set_of_strings_is_probed_sorted(tmp_path, monkeypatch):
     assert _outcomes(tmp_path, "tests/test_tagged.py") == ["FAILED"] * 3 + ["PASSED"]
     (tmp_path / "tagged.py").write_text(base["tagged.py"])
     assert _outcomes(tmp_path, "tests/test_tagged.py") == ["FAILED"] * 4
+
+
+LAZY = '''def pairs(items, step=1):
+    for i in range(0, len(items) - 1, step):
+        yield (items[i], items[i + 1])
+
+
+def doubled(*numbers, scale=1, **named):
+    return map(lambda n: n * 2 * scale + named.get("shift", 0), numbers)
+
+
+def joined(sep, *parts):
+    return sep.join(parts)
+'''
+LAZY_TESTS = '''from lazy import doubled, joined, pairs
+
+
+def test_lazy():
+    assert list(pairs([1, 2, 3, 4], step=2)) == [(1, 2), (3, 4)]
+    assert list(doubled(1, 2, shift=1)) == [3, 5]
+    assert joined("-", "a", "b") == "a-b"
+'''
+
+
+def test_iterators_and_starred_arguments_are_recorded_and_replayed(tmp_path, monkeypatch):
+    """A generator function and a function returning `map` are recorded once each without the
+    test's iterators being consumed, replayed drained to a list; `*args` and `**kwargs` are
+    recorded as passed and replayed the same way."""
+    (tmp_path / "lazy.py").write_text(LAZY)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_lazy.py").write_text(LAZY_TESTS)
+    seen = _values(tmp_path, "record", {"files": ["lazy.py"], "tests": ["tests/test_lazy.py"]})
+    got = {(s["name"], s["args"], s["kwargs"], s["drain"], s["result"]) for s in seen}
+    assert got == {("pairs", "()", "{'items': [1, 2, 3, 4], 'step': 2}", True, None),
+                   ("doubled", "(1, 2)", "{'shift': 1}", True, None),
+                   ("joined", "('-', 'a', 'b')", "{}", False, "'a-b'")}
+    # `joined` is called after the assertions on the iterators: they held, so the recorder
+    # consumed none of the test's iterators
+    calls = [{k: s[k] for k in ("module", "name", "args", "kwargs", "drain")} for s in seen]
+    values = dict(zip([s["name"] for s in seen], _values(tmp_path, "eval", {"calls": calls})))
+    assert values == {"pairs": "[(1, 2), (3, 4)]", "doubled": "[3, 5]", "joined": "'a-b'"}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for s in seen:
+        call = behaviour.ProbeCall(call=f"lazy:{s['name']}", args=s["args"], kwargs=s["kwargs"],
+                                   drain=s["drain"], gold=values[s["name"]], decides=True)
+        assert eval(call.expression(), {}) == call.gold  # what a planted check runs

@@ -172,3 +172,61 @@ def test_gold_values_are_recorded_under_the_grading_commands_hash_seed_too():
     assert gold_seeds(DEFAULT_TEST_CMD) == (0, 1, 2)
     assert gold_seeds("WCWIDTH_PYTHON=1 PYTHONHASHSEED=7 python3 -m pytest") == (1, 2, 7)
     assert gold_seeds("python3 -m pytest -rA") == (1, 2)  # no fixed seed: two seeds agree
+
+
+_ITERATING = '''
+def pairs(items, step=1):
+    """A generator function: its frame is entered again at each item."""
+    for i in range(0, len(items) - 1, step):
+        yield (items[i], items[i + 1])
+
+
+def chained(n):
+    return iter(range(n))
+'''
+
+
+def test_calls_returning_iterators_are_recorded_to_be_drained_never_consumed(tmp_path,
+                                                                             monkeypatch):
+    import signal
+
+    from swefleet.envs.synth import call_values
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _module(tmp_path, "iter_mod", _ITERATING)
+    import iter_mod
+
+    recorder = call_values.Recorder({"iter_mod.py"})
+    recorder.test = "t::test"
+    sys.setprofile(recorder.profile)
+    try:
+        got = list(iter_mod.pairs([1, 2, 3, 4], step=2)), list(iter_mod.chained(3))
+    finally:
+        sys.setprofile(None)
+    assert got == ([(1, 2), (3, 4)], [0, 1, 2])  # the test's own iterators were not consumed
+    calls = {key[2]: (key, result) for key, result in recorder.calls.items()}
+    assert set(calls) == {"pairs", "chained"}  # once each: a generator's re-entries are not calls
+    pairs_key, pairs_result = calls["pairs"]
+    assert pairs_key[4] == "{'items': [1, 2, 3, 4], 'step': 2}" and pairs_key[-1] is True
+    assert pairs_result is call_values._DRAIN and calls["chained"][0][-1] is True
+    previous = signal.signal(signal.SIGALRM, call_values._timeout)
+    try:
+        replay = {"module": "iter_mod", "args": "()", "drain": True}
+        assert call_values.one({**replay, "name": "pairs", "kwargs": pairs_key[4]}) == \
+            "[(1, 2), (3, 4)]"
+        assert call_values.one({**replay, "name": "chained", "kwargs": "{'n': 3}"}) == "[0, 1, 2]"
+        assert call_values.one({**replay, "name": "chained", "kwargs": "{'n': 3}",
+                                "drain": False}) is None  # an iterator's repr names an address
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_drained_check_compares_what_the_iterator_yields(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _module(tmp_path, "iter_mod2", _ITERATING)
+    call = ProbeCall(call="iter_mod2:pairs", args="()", kwargs="{'items': [1, 2, 3]}",
+                     gold="[(1, 2), (2, 3)]", decides=True, drain=True)
+    assert eval(call.expression(), {}) == call.gold  # what a planted check runs
+    endless = ProbeCall(call="itertools:count", args="(5,)", kwargs="{}", gold="", decides=True,
+                        drain=True)
+    assert eval(endless.expression(), {}) == repr(list(range(5, 105)))  # bounded
