@@ -19,7 +19,9 @@ tests make to module-level functions, or make such calls again and report what t
         could not be replayed). `inner`: called from a watched file, not from the test.
         `drain`: the call returned an iterator (or is a generator function's): its value is
         the list of its first `DRAIN_ITEMS` items, made when the call is made again (`result`
-        null: the test's own iterator is never consumed by the recorder)
+        null: the test's own iterator is never consumed by the recorder). A function a
+        decorator wraps (`functools.wraps`) is recorded under its name with `result` null:
+        made again, the call runs the wrapper, whose result may differ from the traced one
     python3 call_values.py eval CONFIG.json OUT.json
         CONFIG: {"calls": [{"module", "name", "args", "kwargs", "init", "history"}]}
         OUT: for each call (on a new object built from `init` where it has one, after the
@@ -51,7 +53,7 @@ MAX_PER_TEST = 400
 MAX_HISTORY = 24
 #: Items of a returned iterator that make its value (`behaviour.DRAIN_ITEMS`, the same number).
 DRAIN_ITEMS = 100
-_DRAIN = object()
+_UNTRACED = object()
 
 
 def plain(value, depth: int = 0) -> bool:
@@ -130,6 +132,9 @@ class Recorder:
         #: id -> the calls the test made on that object so far ((method, args, kwargs) texts),
         #: None once one of them could not be replayed
         self.history: dict[int, list | None] = {}
+        #: the frames of open calls of functions reached through a decorator's wrapper: a
+        #: replay sees the wrapper's result, not the traced one, so none is kept
+        self.wrapped: set[int] = set()
 
     def watches(self, name: str) -> bool:
         """Whether calls into functions of the file `name` are recorded."""
@@ -147,11 +152,13 @@ class Recorder:
             self._enter(frame, code)
         elif event == "return":
             key = self.open.pop(id(frame), None)
+            wrapped = id(frame) in self.wrapped
+            self.wrapped.discard(id(frame))
             if key is None:
                 return
             if not key[-1] and is_iterator(arg):
                 key = (*key[:-1], True)
-            text = _DRAIN if key[-1] else result_text(arg)
+            text = _UNTRACED if key[-1] or wrapped else result_text(arg)
             if (text is not None and key not in self.calls
                     and self.per_test.get(self.test, 0) < MAX_PER_TEST):
                 self.per_test[self.test] = self.per_test.get(self.test, 0) + 1
@@ -207,6 +214,8 @@ class Recorder:
         if len(args) + len(kwargs) + len(init) <= MAX_REPR and len(history) <= MAX_REPR:
             self.open[id(frame)] = (self.test, module, name, args, kwargs, init, history, inner,
                                     generator)
+            if kind == "wrapped":
+                self.wrapped.add(id(frame))
 
     def _built(self, receiver, positional: tuple, keywords: dict, by_test: bool) -> None:
         """Remember how `receiver` was built (the first `__init__` it ran: its own class's);
@@ -233,6 +242,7 @@ def _starred(frame, code) -> tuple[tuple, dict]:
 
 def _kind(frame, code) -> tuple[str, object] | None:
     """How the running code is reached from its module: "function" (module level),
+    "wrapped" (a module-level function a decorator's wrapper stands for under its name),
     "staticmethod", "classmethod" or "method" (of a module-level class), with the function
     object; None for anything else (a nested function, a lambda, a function stored under
     another name)."""
@@ -245,7 +255,8 @@ def _kind(frame, code) -> tuple[str, object] | None:
     kind = {classmethod: "classmethod", staticmethod: "staticmethod"}.get(type(found))
     function = found.__func__ if kind else found
     if getattr(function, "__code__", None) is not code:
-        return None
+        inner = _wrapped_by(function, code) if len(parts) == 1 else None
+        return None if inner is None else ("wrapped", inner)
     if kind is None and len(parts) == 2:
         return ("method", function) if code.co_argcount else None
     return kind or "function", function
@@ -268,6 +279,18 @@ def _first_entry(frame, code) -> bool:
         _FIRST_RESUME[code] = next((i.offset for i in dis.get_instructions(code)
                                     if i.opname == "RESUME"), -1)
     return frame.f_lasti == _FIRST_RESUME[code]
+
+
+def _wrapped_by(function, code):
+    """The function running `code` when `function` is a decorator's wrapper of it (reached
+    through `__wrapped__`, as `functools.wraps` sets it, at most 4 deep), else None."""
+    for _ in range(4):
+        function = getattr(function, "__wrapped__", None)
+        if function is None:
+            return None
+        if getattr(function, "__code__", None) is code:
+            return function
+    return None
 
 
 _NONE = object()
@@ -326,7 +349,7 @@ def record(config: dict, out_path: str) -> None:
     recorder.receivers.clear()
     recorder.history.clear()
     fields = ("test", "module", "name", "args", "kwargs", "init", "history", "inner", "drain")
-    out = [dict(zip(fields, key), result=None if result is _DRAIN else result)
+    out = [dict(zip(fields, key), result=None if result is _UNTRACED else result)
            for key, result in recorder.calls.items()]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(out, f)

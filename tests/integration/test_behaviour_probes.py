@@ -410,3 +410,41 @@ def test_iterators_and_starred_arguments_are_recorded_and_replayed(tmp_path, mon
         call = behaviour.ProbeCall(call=f"lazy:{s['name']}", args=s["args"], kwargs=s["kwargs"],
                                    drain=s["drain"], gold=values[s["name"]], decides=True)
         assert eval(call.expression(), {}) == call.gold  # what a planted check runs
+
+
+CHECKED = '''import functools
+
+
+def checked(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return True if func(*args, **kwargs) else f"invalid: {args!r}"
+    return wrapper
+
+
+@checked
+def even(value):
+    return value % 2 == 0
+'''
+CHECKED_TESTS = '''from checked import even
+
+
+def test_even():
+    assert even(4) is True
+    assert even(value=3) == "invalid: ()"
+'''
+
+
+def test_a_decorated_function_is_recorded_under_its_name_and_replayed_through_the_wrapper(
+        tmp_path):
+    (tmp_path / "checked.py").write_text(CHECKED)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_checked.py").write_text(CHECKED_TESTS)
+    seen = _values(tmp_path, "record", {"files": ["checked.py"],
+                                        "tests": ["tests/test_checked.py"]})
+    got = {(s["name"], s["args"], s["kwargs"], s["result"]) for s in seen}
+    # traced, `even` returned False for 3; the wrapper's text is what a replay sees: no trace
+    assert got == {("even", "()", "{'value': 4}", None), ("even", "()", "{'value': 3}", None)}
+    calls = [{k: s[k] for k in ("module", "name", "args", "kwargs")} for s in seen]
+    values = dict(zip([s["kwargs"] for s in seen], _values(tmp_path, "eval", {"calls": calls})))
+    assert values == {"{'value': 4}": "True", "{'value': 3}": "'invalid: ()'"}
