@@ -165,13 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     tasks = tasks[parse_slice(args.slice)]
     if args.per_split:
         tasks = spread_over_packages(tasks, args.per_split)
+    commit = _commit()  # the code and tasks graded, before the run (a commit may land meanwhile)
     prepare_task_images(tasks, args.tasks)
     cases = cases_of(tasks, hacks, args.gold_repeats)
     report = check_parity(cases, f"parity-{uuid.uuid4().hex[:8]}", concurrency=args.concurrency)
     print(report.table())
     summary = {**report.summary(), "gold": gold_counts(cases, report.verdicts)}
     if args.record:
-        append_record(args.record, record_lines(cases, report.verdicts, _today(), _commit()))
+        append_record(args.record, record_lines(cases, report.verdicts, _today(), commit))
     print(json.dumps(summary))
     return 1 if summary["disagreements"] else 0
 

@@ -21,8 +21,9 @@ from swefleet.types import Task
 
 
 def task_hash(task: Task) -> str:
-    """`sha256:<hex>` of the task's whole record (its probes and twins' settings included)."""
-    return "sha256:" + hashlib.sha256(task.model_dump_json().encode()).hexdigest()
+    """`sha256:<hex>` of the task's record (its probes and twins' settings included), less the
+    image name that set-up fills in (`prepare_task_images`): the same before and after it."""
+    return "sha256:" + hashlib.sha256(task.model_dump_json(exclude={"image"}).encode()).hexdigest()
 
 
 class RecordError(ValueError):

@@ -76,3 +76,11 @@ def test_a_damaged_line_is_named_not_skipped(tmp_path):
     with pytest.raises(RecordError, match=r"record.jsonl:2"):
         read_record(record)
     assert read_record(tmp_path / "missing.jsonl") == []
+
+
+def test_the_image_set_up_fills_in_is_not_part_of_a_tasks_identity():
+    from swefleet.envs.gold_record import task_hash
+
+    task = _task("a")
+    assert task_hash(task) == task_hash(task.model_copy(update={"image": "swefleet-task:x"}))
+    assert task_hash(task) != task_hash(task.model_copy(update={"patch": "another gold"}))
