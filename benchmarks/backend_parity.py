@@ -3,6 +3,7 @@
     python benchmarks/backend_parity.py --tasks envs/data/quickstart/tasks.jsonl
                                         [--slice 0:10] [--hacks a,b] [--concurrency 2]
                                         [--gold-repeats 20] [--record FILE [--fewer-than 20]]
+                                        [--backend bwrap]
     python benchmarks/backend_parity.py --tasks FILE --record FILE --summary 20
 
 For each task: the gold patch, the empty patch, and each technique of the hostile catalogue
@@ -18,9 +19,12 @@ graded `tampered`. Exit status 1 when any case disagrees.
 
 `--record FILE` appends, after the grading, one line per task with its gold grades per backend
 (`envs/gold_record.py`); with `--fewer-than N` only the tasks the record holds fewer than N gold
-grades of (on either backend) are graded, before `--slice` and `--per-split`, so a long grading
-campaign runs in chunks. `--summary N` grades nothing: it prints what the record says of the task
-file (tasks with N or more gold grades on each backend, and the grades in all).
+grades of (on either backend, or on `--backend`) are graded, before `--slice` and `--per-split`,
+so a long grading campaign runs in chunks. `--backend docker|bwrap` grades on that backend only
+and compares nothing: a machine without Docker, with the set's rootfs bundle imported, grades
+the bwrap half, and its record lines hold bwrap's counts only. `--summary N` grades nothing: it
+prints what the record says of the task file (tasks with N or more gold grades on each backend,
+and the grades in all).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from swefleet.envs.gold_record import (
     record_summary,
 )
 from swefleet.envs.gradelog import patch_paths
-from swefleet.envs.parity import Case, check_parity
+from swefleet.envs.parity import BACKENDS, Case, check_parity
 from swefleet.envs.tasks import load_tasks, prepare_task_images
 from swefleet.evals.select import spread_over_packages
 
@@ -143,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", type=Path, help="a gold-grade record (jsonl) to append to")
     p.add_argument("--fewer-than", type=int, default=0,
                    help="only tasks with fewer than N gold grades per backend in --record")
+    p.add_argument("--backend", choices=BACKENDS, action="append",
+                   help="grade on this backend only (default: both, compared)")
     p.add_argument("--summary", type=int, default=0,
                    help="print what --record says of the tasks (N grades wanted) and stop")
     args = p.parse_args(argv)
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(record_summary(tasks, lines, args.summary)))
         return 0
     if args.fewer_than:
-        fewest = fewest_grades(tasks, read_record(args.record))
+        fewest = fewest_grades(tasks, read_record(args.record), args.backend or BACKENDS)
         tasks = [t for t in tasks if fewest[t.instance_id] < args.fewer_than]
     tasks = tasks[parse_slice(args.slice)]
     if args.per_split:
@@ -168,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     commit = _commit()  # the code and tasks graded, before the run (a commit may land meanwhile)
     prepare_task_images(tasks, args.tasks)
     cases = cases_of(tasks, hacks, args.gold_repeats)
-    report = check_parity(cases, f"parity-{uuid.uuid4().hex[:8]}", concurrency=args.concurrency)
+    report = check_parity(cases, f"parity-{uuid.uuid4().hex[:8]}", concurrency=args.concurrency,
+                          backends=args.backend or BACKENDS)
     print(report.table())
     summary = {**report.summary(), "gold": gold_counts(cases, report.verdicts)}
     if args.record:

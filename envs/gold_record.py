@@ -5,7 +5,8 @@ chunks; the record (one JSON line per task and run) says which golds have had ho
 each backend, which chunk to grade next, and what the grades came to in all. Lines are only ever
 appended; a run's line is written after its grading ends. Each line holds the hash of the task
 as it was graded (`task_hash`): once a task changes (new probes, other twins), its earlier grades
-no longer count for it.
+no longer count for it. A line may hold one backend's counts only: the bwrap half of a campaign
+can run on a machine without Docker (a GPU node with the task set's rootfs bundle imported).
 """
 
 from __future__ import annotations
@@ -19,11 +20,18 @@ from swefleet.envs.parity import BACKENDS, Case
 
 from swefleet.types import Task
 
+#: Fields that say where the task's image comes from, not what is graded: the image name set-up
+#: fills in (`prepare_task_images`) and the build fields a rootfs bundle drops once it names the
+#: image (`envs/bwrap/bundle.py`).
+_NOT_GRADED = {"image", "source_dir", "source_patch", "recipe"}
+
 
 def task_hash(task: Task) -> str:
     """`sha256:<hex>` of the task's record (its probes and twins' settings included), less the
-    image name that set-up fills in (`prepare_task_images`): the same before and after it."""
-    return "sha256:" + hashlib.sha256(task.model_dump_json(exclude={"image"}).encode()).hexdigest()
+    fields that say where its image comes from: the same before and after set-up, and in the
+    task file a bundle import writes."""
+    return "sha256:" + hashlib.sha256(
+        task.model_dump_json(exclude=_NOT_GRADED).encode()).hexdigest()
 
 
 class RecordError(ValueError):
@@ -32,8 +40,8 @@ class RecordError(ValueError):
 
 def record_lines(cases: Sequence[Case], verdicts: dict[str, list[dict]], date: str,
                  commit: str) -> list[dict]:
-    """One line per task that has gold cases: per backend its gold grades, how many resolved
-    and how many were graded `tampered`."""
+    """One line per task that has gold cases: per backend graded (one or both) its gold grades,
+    how many resolved and how many were graded `tampered`."""
     lines: dict[str, dict] = {}
     for k, case in enumerate(cases):
         if case.label != "gold":
@@ -66,7 +74,10 @@ def read_record(path: Path) -> list[dict]:
             continue
         try:
             line = json.loads(text)
-            for backend in BACKENDS:
+            graded = [b for b in BACKENDS if b in line]
+            if not graded:
+                raise KeyError("no backend's counts")
+            for backend in graded:
                 counts = line[backend]
                 int(counts["grades"]), int(counts["resolved"]), int(counts["tampered"])
             str(line["instance_id"]), str(line["task_hash"])
@@ -89,15 +100,16 @@ def grades_per_task(tasks: Sequence[Task],
             b: {"grades": 0, "resolved": 0, "tampered": 0} for b in BACKENDS})
         for backend in BACKENDS:
             for key in ("grades", "resolved", "tampered"):
-                task[backend][key] += int(line[backend][key])
+                task[backend][key] += int(line.get(backend, {}).get(key, 0))
     return out
 
 
-def fewest_grades(tasks: Sequence[Task], lines: Iterable[dict]) -> dict[str, int]:
-    """Per task: the fewer of its two backends' recorded gold grades (0 when none are
-    recorded for the task as it is now)."""
+def fewest_grades(tasks: Sequence[Task], lines: Iterable[dict],
+                  backends: Sequence[str] = BACKENDS) -> dict[str, int]:
+    """Per task: the fewest recorded gold grades of `backends` (0 when none are recorded for
+    the task as it is now)."""
     per_task = grades_per_task(tasks, lines)
-    return {t.instance_id: min(per_task[t.instance_id][b]["grades"] for b in BACKENDS)
+    return {t.instance_id: min(per_task[t.instance_id][b]["grades"] for b in backends)
             if t.instance_id in per_task else 0 for t in tasks}
 
 

@@ -51,6 +51,9 @@ class ParityReport:
     """Per backend, wall time of grading every case."""
 
     def disagreements(self) -> list[dict]:
+        """Cases whose verdicts differ; none when only one backend graded them."""
+        if set(self.verdicts) != set(BACKENDS):
+            return []
         out = []
         for k, case in enumerate(self.cases):
             a, b = (self.verdicts[name][k] for name in BACKENDS)
@@ -63,18 +66,20 @@ class ParityReport:
 
     def summary(self) -> dict:
         bad = self.disagreements()
+        compared = set(self.verdicts) == set(BACKENDS)
         return {"tasks": len({c.task.instance_id for c in self.cases}), "cases": len(self.cases),
-                "agreements": len(self.cases) - len(bad), "disagreements": bad,
+                "agreements": len(self.cases) - len(bad) if compared else None,
+                "disagreements": bad,
                 "seconds": {name: round(s, 1) for name, s in self.seconds.items()}}
 
     def table(self) -> str:
-        rows = [f"{'task':44} {'case':28} {'docker':28} {'bwrap':28}"]
+        names = [name for name in BACKENDS if name in self.verdicts]
+        rows = [f"{'task':44} {'case':28} " + " ".join(f"{name:28}" for name in names)]
         for k, case in enumerate(self.cases):
-            a, b = (self.verdicts[name][k] for name in BACKENDS)
-            cells = [_cell(a), _cell(b)]
-            mark = "" if a == b else "  <-- differs"
+            got = [self.verdicts[name][k] for name in names]
+            mark = "  <-- differs" if any(v != got[0] for v in got) else ""
             rows.append(f"{case.task.instance_id[:44]:44} {case.label[:28]:28} "
-                        f"{cells[0]:28} {cells[1]:28}{mark}")
+                        + " ".join(f"{_cell(v):28}" for v in got) + mark)
         return "\n".join(rows)
 
 
@@ -92,14 +97,16 @@ async def grade_cases(grader, cases: Sequence[Case], concurrency: int) -> list[G
 
 
 def check_parity(cases: Sequence[Case], run_id: str, config: FarmConfig | None = None,
-                 concurrency: int = 2) -> ParityReport:
+                 concurrency: int = 2, backends: Sequence[str] = BACKENDS) -> ParityReport:
     """Grade `cases` on both backends (one after the other, so each has the machine to itself)
-    with the grading settings of `config` and compare the verdicts."""
+    with the grading settings of `config` and compare the verdicts. With one of `backends`
+    only (a machine without Docker grades the bwrap half), the cases are graded there and
+    nothing is compared."""
     from swefleet.envs.backends import make_grader
 
     base = config or FarmConfig()
     report = ParityReport(list(cases), {}, {})
-    for name in BACKENDS:
+    for name in backends:
         grader = make_grader(run_id, base.model_copy(update={"backend": name}))
         started = time.monotonic()
         try:

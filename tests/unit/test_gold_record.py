@@ -78,9 +78,37 @@ def test_a_damaged_line_is_named_not_skipped(tmp_path):
     assert read_record(tmp_path / "missing.jsonl") == []
 
 
-def test_the_image_set_up_fills_in_is_not_part_of_a_tasks_identity():
+def test_where_the_image_comes_from_is_not_part_of_a_tasks_identity():
+    """Set-up fills in `image`; a bundle's imported task file names the image and drops the
+    recipe: the same task either way. What is graded (the gold patch) does count."""
     from swefleet.envs.gold_record import task_hash
 
-    task = _task("a")
-    assert task_hash(task) == task_hash(task.model_copy(update={"image": "swefleet-task:x"}))
+    task = _task("a").model_copy(update={"recipe": "../../recipes/a.toml"})
+    imported = _task("a").model_copy(update={"image": "swefleet-task:x"})
+    assert task_hash(task) == task_hash(imported)
     assert task_hash(task) != task_hash(task.model_copy(update={"patch": "another gold"}))
+
+
+def test_one_backend_lines_add_to_that_backend_only(tmp_path):
+    """The bwrap half of a campaign graded on a machine without Docker: its lines count for
+    bwrap, a task needs the Docker half too before it has N on each backend."""
+    record = tmp_path / "record.jsonl"
+    a = _task("a")
+    run = [Case("gold", a, "g")] * 4
+    append_record(record, record_lines(run, {"bwrap": _verdicts(*["resolved"] * 4)}, "d", "c"))
+    lines = read_record(record)
+    assert "docker" not in lines[0]
+    assert fewest_grades([a], lines) == {"a": 0}
+    assert fewest_grades([a], lines, backends=("bwrap",)) == {"a": 4}
+    assert record_summary([a], lines, wanted=4)["with_4_or_more_each"] == 0
+    append_record(record, record_lines(run, {"docker": _verdicts(*["resolved"] * 4)}, "d", "c"))
+    summary = record_summary([a], read_record(record), wanted=4)
+    assert summary["with_4_or_more_each"] == 1
+    assert summary["gold"]["bwrap"] == {"grades": 4, "resolved": 4, "tampered": 0}
+
+
+def test_a_line_with_no_backend_is_refused(tmp_path):
+    record = tmp_path / "record.jsonl"
+    record.write_text(json.dumps({"instance_id": "a", "task_hash": "sha256:x"}) + "\n")
+    with pytest.raises(RecordError, match="record.jsonl:1"):
+        read_record(record)
