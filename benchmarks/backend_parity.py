@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from swefleet.envs.gold_record import (
     append_record,
     fewest_grades,
+    gold_totals,
     read_record,
     record_lines,
     record_summary,
@@ -104,15 +105,6 @@ def cases_of(tasks: list[Task], hacks: list[Hack], gold_repeats: int = 1) -> lis
     return cases
 
 
-def gold_counts(cases: list[Case], verdicts: dict[str, list[dict]]) -> dict[str, dict]:
-    """Per backend: how many gold grades there were, resolved, and tampered."""
-    gold = [i for i, c in enumerate(cases) if c.label == "gold"]
-    return {backend: {"grades": len(gold),
-                      "resolved": sum(got[i]["status"] == "resolved" for i in gold),
-                      "tampered": sum(got[i]["status"] == "tampered" for i in gold)}
-            for backend, got in verdicts.items()}
-
-
 def _today() -> str:
     return datetime.date.today().isoformat()
 
@@ -165,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         lines = read_record(args.record)
         print(json.dumps(record_summary(tasks, lines, args.summary)))
         return 0
+    backends = tuple(b for b in BACKENDS if b in (args.backend or BACKENDS))
     if args.fewer_than:
-        fewest = fewest_grades(tasks, read_record(args.record), args.backend or BACKENDS)
+        fewest = fewest_grades(tasks, read_record(args.record), backends)
         tasks = [t for t in tasks if fewest[t.instance_id] < args.fewer_than]
     tasks = tasks[parse_slice(args.slice)]
     if args.per_split:
@@ -175,11 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     prepare_task_images(tasks, args.tasks)
     cases = cases_of(tasks, hacks, args.gold_repeats)
     report = check_parity(cases, f"parity-{uuid.uuid4().hex[:8]}", concurrency=args.concurrency,
-                          backends=args.backend or BACKENDS)
+                          backends=backends)
     print(report.table())
-    summary = {**report.summary(), "gold": gold_counts(cases, report.verdicts)}
+    lines = record_lines(cases, report.verdicts, _today(), commit)
+    summary = {**report.summary(), "gold": gold_totals(lines, report.verdicts)}
     if args.record:
-        append_record(args.record, record_lines(cases, report.verdicts, _today(), commit))
+        append_record(args.record, lines)
     print(json.dumps(summary))
     return 1 if summary["disagreements"] else 0
 

@@ -113,6 +113,13 @@ def fewest_grades(tasks: Sequence[Task], lines: Iterable[dict],
             if t.instance_id in per_task else 0 for t in tasks}
 
 
+def gold_totals(lines: Iterable[dict], backends: Iterable[str]) -> dict[str, dict[str, int]]:
+    """Per one of `backends`: the gold grades, resolved and tampered of `lines` summed."""
+    lines = list(lines)
+    return {b: {key: sum(int(line.get(b, {}).get(key, 0)) for line in lines)
+                for key in ("grades", "resolved", "tampered")} for b in backends}
+
+
 def record_summary(tasks: Sequence[Task], lines: Iterable[dict], wanted: int) -> dict:
     """What the record says of `tasks` (as they are now): how many have at least `wanted` gold
     grades on each backend, and per backend the grades, resolved and tampered over them all;
@@ -120,8 +127,7 @@ def record_summary(tasks: Sequence[Task], lines: Iterable[dict], wanted: int) ->
     known = grades_per_task(tasks, lines)
     covered = [t for t, counts in known.items()
                if all(counts[b]["grades"] >= wanted for b in BACKENDS)]
-    totals = {b: {key: sum(known[t][b][key] for t in known)
-                  for key in ("grades", "resolved", "tampered")} for b in BACKENDS}
+    totals = gold_totals(known.values(), BACKENDS)
     not_resolved = sorted(t for t, counts in known.items()
                           if any(counts[b]["resolved"] < counts[b]["grades"] for b in BACKENDS))
     return {"tasks": len(tasks), "recorded": len(known),

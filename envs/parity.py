@@ -50,9 +50,14 @@ class ParityReport:
     seconds: dict[str, float] = field(default_factory=dict)
     """Per backend, wall time of grading every case."""
 
+    @property
+    def compared(self) -> bool:
+        """Both backends graded the cases (not one alone)."""
+        return set(self.verdicts) == set(BACKENDS)
+
     def disagreements(self) -> list[dict]:
         """Cases whose verdicts differ; none when only one backend graded them."""
-        if set(self.verdicts) != set(BACKENDS):
+        if not self.compared:
             return []
         out = []
         for k, case in enumerate(self.cases):
@@ -66,9 +71,8 @@ class ParityReport:
 
     def summary(self) -> dict:
         bad = self.disagreements()
-        compared = set(self.verdicts) == set(BACKENDS)
         return {"tasks": len({c.task.instance_id for c in self.cases}), "cases": len(self.cases),
-                "agreements": len(self.cases) - len(bad) if compared else None,
+                "agreements": len(self.cases) - len(bad) if self.compared else None,
                 "disagreements": bad,
                 "seconds": {name: round(s, 1) for name, s in self.seconds.items()}}
 
