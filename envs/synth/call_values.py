@@ -93,7 +93,8 @@ def hash_ordered(value, depth: int = 0) -> bool:
 
 def result_text(value) -> str | None:
     """A result's `repr` when it identifies the value: a plain literal's, or another object's
-    that names no memory address (`datetime.date(2024, 1, 2)`, `Version(major=1, ...)`), at
+    that names no memory address (`datetime.date(2024, 1, 2)`, `Version(major=1, ...)`,
+    `<Result (12,) {}>`; not `<Foo object at 0x7f...>`), at
     most `MAX_REPR` long, holding no set whose order may change from run to run
     (`hash_ordered`); else None."""
     try:
@@ -102,7 +103,7 @@ def result_text(value) -> str | None:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a broken __repr__ is no value
         return None
-    if not text or len(text) > MAX_REPR or not plain(value) and (ADDRESS.search(text) or text[:1] == "<"):
+    if not text or len(text) > MAX_REPR or not plain(value) and ADDRESS.search(text):
         return None
     return text
 

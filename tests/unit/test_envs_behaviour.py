@@ -157,6 +157,23 @@ def test_results_holding_a_set_ordered_by_the_hash_seed_are_no_value():
     assert result_text(ValueError("x", {1, 2})) == "ValueError('x', {1, 2})"
 
 
+def test_a_repr_in_angle_brackets_is_a_value_unless_it_names_an_address():
+    from swefleet.envs.synth.call_values import result_text
+
+    class Result:  # parse's Result: `<Result (12,) {}>` identifies the match
+        def __init__(self, fixed):
+            self.fixed = fixed
+
+        def __repr__(self):
+            return f"<Result {self.fixed!r} {{}}>"
+
+    assert result_text(Result((12,))) == "<Result (12,) {}>"
+    assert result_text(Result((12,))) != result_text(Result((13,)))
+    assert result_text(object()) is None  # `<object object at 0x...>`
+    assert result_text([Result(()), object()]) is None
+    assert result_text(lambda: 1) is None  # `<function <lambda> at 0x...>`
+
+
 def test_a_call_that_gives_another_value_when_made_again_is_no_value():
     from swefleet.envs.synth.call_values import repeatable
 
