@@ -87,12 +87,15 @@ def prepare_model(cfg: RunConfig, run_dir: RunDir) -> Path:
 
 def prepare_tasks(cfg: RunConfig, select=None):
     """Load the configured tasks (`select` may narrow them) and build their images."""
+    tasks = configured_tasks(cfg)
+    return with_images(cfg, select(tasks) if select is not None else tasks)
+
+
+def with_images(cfg: RunConfig, tasks: list) -> list:
+    """`tasks`, with the base image and their task images built; no tasks is an error."""
     from swefleet.envs.images import build_base_image
     from swefleet.envs.tasks import prepare_task_images
 
-    tasks = configured_tasks(cfg)
-    if select is not None:
-        tasks = select(tasks)
     if not tasks:
         raise ValueError(_no_tasks(cfg))
     if any(not t.image for t in tasks):  # (tasks naming their images need no Docker here)
@@ -104,37 +107,31 @@ def prepare_tasks(cfg: RunConfig, select=None):
 def configured_tasks(cfg: RunConfig) -> list:
     """The task file's tasks of `tasks.split`, only those graded by behaviour with
     `tasks.behaviour_graded_only`, then at most `tasks.limit` (no images built)."""
+    return _split_selection(cfg)[0][: cfg.tasks.limit or None]
+
+
+def _split_selection(cfg: RunConfig) -> tuple[list, dict]:
+    """The split's tasks, only those graded by behaviour with `tasks.behaviour_graded_only`
+    (before `limit`), and what that dropped ({} without it)."""
     from swefleet.envs.behaviour import graded_by_behaviour
     from swefleet.envs.tasks import load_tasks
 
     tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
-    if cfg.tasks.behaviour_graded_only:
-        tasks = [t for t in tasks if graded_by_behaviour(t)]
-    return tasks[: cfg.tasks.limit or None]
-
-
-def _behaviour_selection(cfg: RunConfig) -> dict:
-    """What `tasks.behaviour_graded_only` dropped (over the split, before `limit`)."""
-    from swefleet.envs.behaviour import graded_by_behaviour
-    from swefleet.envs.tasks import load_tasks
-
     if not cfg.tasks.behaviour_graded_only:
-        return {}
-    tasks = load_tasks(cfg.tasks.path, split=cfg.tasks.split)
-    graded = sum(graded_by_behaviour(t) for t in tasks)
-    return {"behaviour_graded_only": True, "in_split": len(tasks),
-            "dropped_constant_checks_only": len(tasks) - graded}
+        return tasks, {}
+    graded = [t for t in tasks if graded_by_behaviour(t)]
+    return graded, {"behaviour_graded_only": True, "in_split": len(tasks),
+                    "dropped_constant_checks_only": len(tasks) - len(graded)}
 
 
-def rl_task_selection(cfg: RunConfig, tasks: list | None = None) -> tuple[list, dict]:
-    """RL's tasks after `[tasks]`'s difficulty skips, and what was skipped: by those and by
-    `tasks.behaviour_graded_only` (logged once)."""
+def rl_task_selection(cfg: RunConfig) -> tuple[list, dict]:
+    """RL's tasks (`configured_tasks`, then `[tasks]`'s difficulty skips), and what was
+    skipped: by those and by `tasks.behaviour_graded_only` (the task file read once)."""
     from swefleet.envs.difficulty import select_by_difficulty
 
-    if tasks is None:
-        tasks = configured_tasks(cfg)
+    tasks, info = _split_selection(cfg)
     t = cfg.tasks
-    info = _behaviour_selection(cfg)
+    tasks = tasks[: t.limit or None]
     if not t.difficulty_key:
         return tasks, info
     kept, counts = select_by_difficulty(tasks, t.difficulty_key, t.skip_always_solved,
@@ -151,9 +148,8 @@ def training_tasks(cfg: RunConfig, rl: bool = False) -> list:
     default. `rl`: after the difficulty skips (`rl_task_selection`)."""
     from swefleet.envs.tasks import is_evaluation_split
 
-    tasks = configured_tasks(cfg)
-    if rl and tasks:
-        tasks, info = rl_task_selection(cfg, tasks)
+    tasks, info = rl_task_selection(cfg) if rl else (configured_tasks(cfg), {})
+    if rl:
         if "dropped_constant_checks_only" in info:
             log.info("tasks graded by behaviour only: dropped %d of %d (constant checks only)",
                      info["dropped_constant_checks_only"], info["in_split"])
@@ -162,7 +158,7 @@ def training_tasks(cfg: RunConfig, rl: bool = False) -> list:
                      "%d unmeasured (kept)", info["difficulty_key"], info["kept"], info["tasks"],
                      info["skipped_always_solved"], info["skipped_never_solved"],
                      info["unmeasured"])
-        if not tasks:
+        if not tasks and info.get("tasks"):
             raise ValueError(f"{cfg.tasks.path}: every task was skipped by its recorded pass "
                              f"rate ({info}); relax tasks.skip_always_solved / skip_never_solved")
     if not tasks:
@@ -297,7 +293,7 @@ def _tasks_for(cfg: RunConfig):
         from swefleet.orchestrator.toy import toy_tasks
 
         return toy_tasks(cfg.toy)
-    return prepare_tasks(cfg, lambda tasks: rl_task_selection(cfg, tasks)[0])
+    return with_images(cfg, rl_task_selection(cfg)[0])
 
 
 async def _environment(cfg: RunConfig, agent, run_id: str, fleet, tokenizer, stack,
