@@ -7,7 +7,9 @@ value the gold code returns (`gold`) and values mutants of the package return fo
 never the gold value, never the base code's). They are recorded offline (`swefleet tasks probes`,
 `envs/synth/behaviour_run.py`) into the task's `probes`, keyed by the deciding test's function id.
 When grading, the copy ends with `assert repr(<call>) == <gold>` for a call on which the base code
-returns something else, and each twin with `assert repr(<call>) == <other>` (`envs/canary_twins.py`).
+returns something else, and each twin with `assert repr(<call>) == <other>` (`envs/canary_twins.py`);
+a value may be a raise (`raises ValueError`), and a probe with one compares every call's outcome
+alike (`outcome_check`).
 So with the base code every one of the four checks is false, with the gold code only the copy's
 holds, and the tests and the issue spell out none of the values (or, where no probe can be made
 so, all of them): which check holds is decided by running correct code, not by reading, evaluating or neutralising the tests' source, and a test
@@ -24,6 +26,9 @@ from pydantic import BaseModel, Field
 from swefleet.envs import safe_ast
 
 _NUDGE_WORD = re.compile(r"[A-Za-z0-9]{4,}")
+#: A call's outcome when it raised is `raises <exception class name>` (`call_values.RAISES`);
+#: a traced call that raised is recorded as `raises` alone (its class is not seen there).
+RAISES = "raises"
 #: Items of an iterator a call returns that make its value (`ProbeCall.drain`).
 DRAIN_ITEMS = 100
 
@@ -39,11 +44,12 @@ class ProbeCall(BaseModel):
     kwargs: str
     """`repr` of the keyword arguments (a dict of plain literals)."""
     gold: str
-    """`repr` of what the gold code returns."""
+    """`repr` of what the gold code returns, or `raises <class name>` when it raises."""
     decides: bool
     """Whether it may end the copy: the base code returns something else (or raises)."""
     others: list[str] = Field(default_factory=list)
-    """`repr`s mutants return, each differing from `gold` and from the base code's value."""
+    """Outcomes of mutants (a `repr`, or `raises <class name>`), each differing from `gold` and
+    from the base code's."""
     init: str = ""
     """For a method: `repr` of the (args, kwargs) that build the object it is called on
     (`Class(*args, **kwargs).function(...)`); '' for a function, static or class method."""
@@ -87,6 +93,23 @@ class Probe(BaseModel):
 
     calls: list[ProbeCall]
 
+    @property
+    def raises(self) -> bool:
+        """Whether one of its outcomes is a raise: then every check of the copy and its twins
+        catches what the call raises (`outcome_check`), so that the form tells none apart."""
+        return any(is_raise(v) for c in self.calls for v in (c.gold, *c.others))
+
+
+def is_raise(value: str | None) -> bool:
+    """Whether an outcome is a raise (`raises ValueError`)."""
+    return bool(value) and value.startswith(RAISES + " ")
+
+
+def agrees(traced: str, value: str) -> bool:
+    """Whether a value made again agrees with the one traced in the test run (a traced raise
+    is recorded without its class)."""
+    return value == traced or traced == RAISES and is_raise(value)
+
 
 #: Calls kept per probe (the best by `rank`).
 MAX_CALLS = 8
@@ -110,20 +133,39 @@ def usable(probe: Probe, twins: int) -> bool:
     return any(c.decides for c in probe.calls) and sum(len(c.others) for c in probe.calls) >= twins
 
 
-def checks(probe: Probe, twins: int, rng: random.Random) -> list[str] | None:
-    """`twins + 1` check lines (no indent): the first holds with the gold behaviour (a deciding
-    call), each other compares a call with a value a mutant returns; None when unusable."""
+def checks(probe: Probe, twins: int, rng: random.Random,
+           fresh_name=lambda: "outcome") -> list[str] | None:
+    """`twins + 1` checks (lines of code, no indent): the first holds with the gold behaviour (a
+    deciding call), each other compares a call with an outcome of a mutant; None when unusable.
+    A probe with a raise among its outcomes makes every check an `outcome_check` (its variable
+    named by `fresh_name()`: a name the test file does not use)."""
     if not usable(probe, twins):
         return None
     copy = rng.choice([c for c in probe.calls if c.decides])
-    pairs = rng.sample([(c, v) for c in probe.calls for v in c.others], twins)
-    return [f"assert {copy.expression()} == {copy.gold!r}"] + [
-        f"assert {c.expression()} == {v!r}" for c, v in pairs]
+    pairs = [(copy, copy.gold)] + rng.sample(
+        [(c, v) for c in probe.calls for v in c.others], twins)
+    if probe.raises:
+        name = fresh_name()
+        return [outcome_check(c.expression(), v, name) for c, v in pairs]
+    return [f"assert {c.expression()} == {v!r}" for c, v in pairs]
+
+
+def outcome_check(expression: str, expected: str, name: str) -> str:
+    """A check of a call's outcome: the `repr` it gives, or `raises <class name>` when it raises
+    an `Exception` (lines joined by newlines, no indent)."""
+    return "\n".join([
+        "try:",
+        f"    {name} = {expression}",
+        "except Exception:",
+        f"    {name} = {RAISES + ' '!r} + type(__import__('sys').exc_info()[1]).__name__",
+        f"assert {name} == {expected!r}"])
 
 
 def shown(value: str, text: str) -> bool:
     """Whether the value (`repr` text) is spelled out in `text`: its `repr`, or its text (a
     string's characters), as a whole word (`12` is not in `123`)."""
+    if is_raise(value):
+        return bool(re.search(_whole(value.split()[-1]), text))  # the exception's class name
     try:
         literal = safe_ast.literal_eval(value)
     except (ValueError, SyntaxError):
@@ -158,7 +200,9 @@ def pick(candidates: list[dict], text: str, twins: int) -> Probe | None:
     `kwargs`, `traced` (value seen in the test run; None for a call made up from recorded
     ones), `gold` (two standalone runs: a list), `base`, `mutants` (values or None), `changed`
     (the function is one the gold patch changed), `inner` (called by the package, not by the
-    test). A call's gold value counts when the gold code returns the traced value in both runs;
+    test); a value is a `repr` or a raise (`raises ValueError`; traced: `raises`). A call's gold
+    value counts when the gold code gives the traced value (`agrees`) in every run; a
+    mutant's raise counts only where the gold code gives that raise too (`gold_raises`);
     its others are the mutants' values that differ from the gold and the base values. Every
     value a probe uses is spelled out in `text` (the tests and the issue) alike: none of them,
     or else all of them, so that the text favours none. Preferred: changed, inner, public,
@@ -170,14 +214,25 @@ def pick(candidates: list[dict], text: str, twins: int) -> Probe | None:
     return None
 
 
+def gold_raises(candidates: list[dict]) -> set[str]:
+    """The raises the gold code gives for the candidates' calls (stable in every run). A
+    mutant's raise is a twin's value only where it is one of these: a class that correct code
+    never raises here (a `NameError` of a broken mutant) would tell that twin from the copy."""
+    return {c["gold"][0] for c in candidates
+            if c["gold"] and is_raise(c["gold"][0]) and len(set(c["gold"])) == 1}
+
+
 def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe | None:
     kept = []
+    raised = gold_raises(candidates)
     for c in candidates:
-        gold = c["gold"][0] if c["traced"] is None else c["traced"]
-        if gold is None or any(g != gold for g in c["gold"]):
+        gold = c["gold"][0] if c["gold"] else None
+        if gold is None or any(g != gold for g in c["gold"]) or (
+                c["traced"] is not None and not agrees(c["traced"], gold)):
             continue
         others = [v for v in dict.fromkeys(c["mutants"])
-                  if v is not None and v not in (gold, c["base"]) and shown(v, text) == spelled]
+                  if v is not None and v not in (gold, c["base"]) and shown(v, text) == spelled
+                  and (not is_raise(v) or v in raised)]
         decides = c["base"] != gold and shown(gold, text) == spelled
         if not (decides or others):
             continue

@@ -115,7 +115,8 @@ def plant(text: str, path: str, fail_to_pass: list[str], deciding: list[str],
         dropped.update(range(start, node.end_lineno))
         parent = func.rpartition("::")[0]
         probe = (probes or {}).get(func)
-        ends = behaviour.checks(probe, TWINS, rng) if probe is not None else None
+        ends = None if probe is None else behaviour.checks(
+            probe, TWINS, rng, lambda: canary.fresh_name(rng, words, taken))
         if ends is not None:
             out.behaviour.append(func)
         else:
@@ -316,14 +317,15 @@ def _constant_check(rng: random.Random, holds: bool) -> str:
 
 
 def _copy(block: list[str], node, lines: list[str], name: str, check: str) -> list[str]:
-    """The function's lines under `name`, with `check` as its last statement."""
+    """The function's lines under `name`, with `check` (one or more lines) as its last
+    statements."""
     first = node.body[0]
     indent = lines[first.lineno - 1][: first.col_offset]
     start = min([node.lineno] + [d.lineno for d in node.decorator_list])
     out = list(block)
     at = node.lineno - start
     out[at] = re.sub(_DEF.format(re.escape(node.name)), lambda m: m[1] + name, out[at], count=1)
-    return out + [f"{indent}{check}"]
+    return out + [f"{indent}{line}" for line in check.split("\n")]
 
 
 def _spaced(block: list[str], top: bool) -> list[str]:

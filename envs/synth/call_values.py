@@ -26,8 +26,14 @@ tests make to module-level functions, or make such calls again and report what t
         CONFIG: {"calls": [{"module", "name", "args", "kwargs", "init", "history"}]}
         OUT: for each call (on a new object built from `init` where it has one, after the
         calls of its `history` on that object), the `repr`
-        of its result (with `drain`, of the list of its first `DRAIN_ITEMS` items), or null when it raised, timed out, returned something whose `repr`
-        does not identify it (`result_text`) or gave another value when made again
+        of its result (with `drain`, of the list of its first `DRAIN_ITEMS` items); when the
+        call itself raised an `Exception`, `raises <its class name>` (`raised_text`); null when
+        the import, the object or its history raised, the call timed out, returned something
+        whose `repr` does not identify it (`result_text`) or gave another value when made again
+
+A traced call that raised (its frame left by an exception, not a return) is recorded with
+`result` `raises` (`RAISES`): the profiler sees no exception, so made again, any `raises ...`
+outcome agrees with it.
 """
 
 import ast
@@ -54,6 +60,12 @@ MAX_HISTORY = 24
 #: Items of a returned iterator that make its value (`behaviour.DRAIN_ITEMS`, the same number).
 DRAIN_ITEMS = 100
 _UNTRACED = object()
+#: A call's outcome when it raised: `raises ValueError` (`behaviour.RAISES`, the same word).
+RAISES = "raises"
+#: Exceptions that are no outcome of a call: the recorder's own timeout, a stack or memory limit.
+_NO_OUTCOME = (TimeoutError, RecursionError, MemoryError)
+#: Instructions a frame is left by when it returns (or yields), not raises.
+_RETURNS = {"RETURN_VALUE", "RETURN_CONST", "YIELD_VALUE", "RETURN_GENERATOR"}
 
 
 def plain(value, depth: int = 0) -> bool:
@@ -108,6 +120,23 @@ def result_text(value) -> str | None:
     return text
 
 
+def raised_text(error: BaseException) -> str | None:
+    """A call's outcome when it raised `error`: `raises <class name>`; None for what is no
+    outcome of the call (not an `Exception`, or one of `_NO_OUTCOME`)."""
+    if not isinstance(error, Exception) or isinstance(error, _NO_OUTCOME):
+        return None
+    return f"{RAISES} {type(error).__name__}"
+
+
+def returned(frame) -> bool:
+    """Whether a frame at its `return` profile event returned (or yielded) rather than being
+    left by an exception: its last instruction is a return (a profiler sees no exception)."""
+    try:
+        return dis.opname[frame.f_code.co_code[frame.f_lasti]] in _RETURNS
+    except (IndexError, ValueError):
+        return True
+
+
 def _in_package(name: str, folder: str) -> bool:
     """Whether the file `name` lies in `folder` (`/pkg/`), not in a test folder or file of it."""
     at = name.find(folder)
@@ -159,7 +188,10 @@ class Recorder:
                 return
             if not key[-1] and is_iterator(arg):
                 key = (*key[:-1], True)
-            text = _UNTRACED if key[-1] or wrapped else result_text(arg)
+            if key[-1] or wrapped:
+                text = _UNTRACED
+            else:
+                text = result_text(arg) if returned(frame) else RAISES
             if (text is not None and key not in self.calls
                     and self.per_test.get(self.test, 0) < MAX_PER_TEST):
                 self.per_test[self.test] = self.per_test.get(self.test, 0) + 1
@@ -365,25 +397,31 @@ def _timeout(signum, frame):
 
 
 def one(call: dict):
+    """The call's outcome: `result_text` of its result, `raised_text` of what the call itself
+    raised; None when anything before the call failed (import, object, history)."""
     try:
         target = importlib.import_module(call["module"])
         *owner, name = call["name"].split(".")
         for part in owner:
             target = getattr(target, part)
+        args, kwargs = ast.literal_eval(call["args"]), ast.literal_eval(call["kwargs"])
         signal.alarm(CALL_TIMEOUT_S)
         try:
             if call.get("init"):
                 positional, keywords = ast.literal_eval(call["init"])
                 target = target(*positional, **keywords)
-                for method, args, kwargs in ast.literal_eval(call.get("history") or "()"):
-                    getattr(target, method)(*ast.literal_eval(args), **ast.literal_eval(kwargs))
+                for method, a, k in ast.literal_eval(call.get("history") or "()"):
+                    getattr(target, method)(*ast.literal_eval(a), **ast.literal_eval(k))
             function = getattr(target, name)
-            result = function(*ast.literal_eval(call["args"]), **ast.literal_eval(call["kwargs"]))
-            if call.get("drain"):
-                result = list(itertools.islice(result, DRAIN_ITEMS))
+            try:
+                result = function(*args, **kwargs)
+                if call.get("drain"):
+                    result = list(itertools.islice(result, DRAIN_ITEMS))
+            except Exception as error:  # noqa: BLE001 - what the call raised is its outcome
+                return raised_text(error)
         finally:
             signal.alarm(0)
-    except BaseException:  # noqa: BLE001 - any failure of the call is "no value"
+    except BaseException:  # noqa: BLE001 - any failure before the call is "no value"
         return None
     return result_text(result)
 

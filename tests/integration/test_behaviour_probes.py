@@ -53,7 +53,7 @@ def test_the_recorder_keeps_plain_calls_and_who_made_them(tmp_path):
     calls = [{"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': 2, 'b': 3}"},
              {"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': 2}"},
              {"module": "pkg", "name": "missing", "args": "()", "kwargs": "{}"}]
-    assert _values(root, "eval", {"calls": calls}) == ["'5!'", None, None]
+    assert _values(root, "eval", {"calls": calls}) == ["'5!'", "raises TypeError", None]
 
 
 def test_arguments_left_at_their_default_are_recorded_left_out(tmp_path):
@@ -112,6 +112,40 @@ def test_planted_copy_and_twins_are_told_apart_by_running_the_package(tmp_path):
     lines = planted.splitlines()
     kept = [ln for ln in lines if not ln.strip().startswith("assert render")]
     (root / "tests" / "test_pkg.py").write_text("\n".join(kept) + "\n")
+    assert _outcomes(root) == ["FAILED"] * 4
+
+
+RAISING = ("def total(a, b):\n    if a < 0:\n        raise ValueError(a)\n    return a + b\n\n\n"
+           "def render(a, b):\n    return f'{total(a, b)}!'\n")
+RAISING_TEST = ("import pytest\nfrom pkg import render\n\n\ndef test_render():\n"
+                "    with pytest.raises(ValueError):\n        render(-1, 3)\n")
+
+
+def test_a_raise_is_an_outcome_recorded_made_again_and_checked(tmp_path):
+    root = _project(tmp_path, RAISING)
+    (root / "tests" / "test_pkg.py").write_text(RAISING_TEST)
+    seen = _values(root, "record", {"files": ["pkg/__init__.py"],
+                                    "tests": ["tests/test_pkg.py::test_render"]})
+    assert {(s["name"], s["result"]) for s in seen} == {("render", "raises"), ("total", "raises")}
+    calls = [{"module": "pkg", "name": "render", "args": "()", "kwargs": "{'a': -1, 'b': 3}"},
+             {"module": "pkg", "name": "render", "args": "(1,)", "kwargs": "{}"},
+             {"module": "pkg", "name": "missing", "args": "()", "kwargs": "{}"}]
+    # what the call raises is its outcome; no function to call is no value
+    assert _values(root, "eval", {"calls": calls}) == ["raises ValueError", "raises TypeError",
+                                                       None]
+    probe = behaviour.Probe(calls=[
+        behaviour.ProbeCall(call="pkg:total", args="()", kwargs="{'a': -1, 'b': 3}",
+                            gold="raises ValueError", decides=True,
+                            others=["raises TypeError", "2", "-4"])])  # never the base value (2)
+    text, twins = canary_twins.plant(
+        RAISING_TEST, "tests/test_pkg.py", ["tests/test_pkg.py::test_render"],
+        ["tests/test_pkg.py::test_render"], random.Random(7),
+        {"tests/test_pkg.py::test_render": probe})
+    assert twins.behaviour == ["tests/test_pkg.py::test_render"]
+    assert text.count("except Exception:") == 4  # the copy's check and the twins' look alike
+    (root / "tests" / "test_pkg.py").write_text(text)
+    assert _outcomes(root) == ["FAILED"] * 3 + ["PASSED"]
+    (root / "pkg" / "__init__.py").write_text(RAISING.replace("a < 0", "a < -5"))  # the bug
     assert _outcomes(root) == ["FAILED"] * 4
 
 

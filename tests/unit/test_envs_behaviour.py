@@ -101,6 +101,53 @@ def test_the_checks_hold_for_the_gold_code_only(tmp_path, monkeypatch):
     assert behaviour.checks(probe, 4, random.Random(0)) is None  # only 3 other values
 
 
+def test_a_traced_raise_agrees_with_any_raise_made_again_never_with_a_value():
+    raised = _candidate(traced="raises", gold=("raises ValueError",) * 2, base="5",
+                        mutants=("raises KeyError", "7", "raises ValueError"))
+    keyed = _candidate(kwargs="{'x': 3}", traced="raises", gold=("raises KeyError",) * 2,
+                       base="raises KeyError", mutants=())
+    probe = behaviour.pick([raised, keyed], "", twins=2)
+    assert probe is not None and probe.raises
+    assert [(c.gold, c.others) for c in probe.calls] == [
+        ("raises ValueError", ["raises KeyError", "7"])]
+    assert behaviour.pick([{**raised, "traced": "None"}], "", twins=2) is None
+    # a raise the gold code never gives (a broken mutant's) is no twin's value
+    assert behaviour.pick([raised], "", twins=2) is None
+    assert behaviour.pick([_candidate(traced="raises")], "", twins=1) is None  # returned 4
+
+
+def test_a_raise_is_shown_by_its_class_name():
+    assert behaviour.shown("raises ValueError", "with pytest.raises(ValueError):")
+    assert not behaviour.shown("raises ValueError", "ValueErrors are fine")
+
+
+def test_raise_outcomes_make_every_check_catch_and_hold_for_the_gold_code_only(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = Probe(calls=[
+        ProbeCall(call="raise_mod:root", args="(-4,)", kwargs="{}", gold="raises ValueError",
+                  decides=True, others=["raises ZeroDivisionError", "2"]),
+        ProbeCall(call="raise_mod:root", args="(9,)", kwargs="{}", gold="3", decides=False,
+                  others=["raises ValueError"])])
+    checks = behaviour.checks(probe, 3, random.Random(1), lambda: "test_fresh_word")
+    assert checks is not None and all(c.startswith("try:\n    test_fresh_word = ") for c in checks)
+
+    def holding(source: str) -> list[bool]:
+        _module(tmp_path, "raise_mod", source)
+        out = []
+        for check in checks:
+            try:
+                exec(check, {})  # noqa: S102 - the checks the grader plants
+                out.append(True)
+            except AssertionError:
+                out.append(False)
+        return out
+
+    gold = "def root(x):\n    if x < 0:\n        raise ValueError(x)\n    return int(x ** 0.5)\n"
+    assert holding(gold) == [True, False, False, False]
+    assert holding(gold.replace("x < 0", "x < -9")) == [False] * 4  # the base code: no raise
+
+
 def test_changed_functions_are_read_from_the_two_texts():
     base = "def a():\n    return 1\n\n\nclass K:\n    def m(self):\n        return 2\n"
     gold = base.replace("return 2", "return 3")
