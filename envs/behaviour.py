@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 from swefleet.envs import safe_ast
@@ -134,7 +135,7 @@ def usable(probe: Probe, twins: int) -> bool:
 
 
 def checks(probe: Probe, twins: int, rng: random.Random,
-           fresh_name=lambda: "outcome") -> list[str] | None:
+           fresh_name: Callable[[], str]) -> list[str] | None:
     """`twins + 1` checks (lines of code, no indent): the first holds with the gold behaviour (a
     deciding call), each other compares a call with an outcome of a mutant; None when unusable.
     A probe with a raise among its outcomes makes every check an `outcome_check` (its variable

@@ -82,7 +82,7 @@ def test_the_checks_hold_for_the_gold_code_only(tmp_path, monkeypatch):
                   others=["5"]),
         ProbeCall(call="probe_mod:double", args="(3,)", kwargs="{}", gold="6", decides=False,
                   others=["7", "9"])])
-    lines = behaviour.checks(probe, 3, random.Random(0))
+    lines = behaviour.checks(probe, 3, random.Random(0), lambda: "test_fresh_word")
     assert lines is not None and len(lines) == 4
 
     def holding(source: str) -> list[bool]:
@@ -98,7 +98,7 @@ def test_the_checks_hold_for_the_gold_code_only(tmp_path, monkeypatch):
 
     assert holding("def double(x):\n    return x * 2\n") == [True, False, False, False]
     assert holding("def double(x):\n    return x * 2 + 1\n")[0] is False  # the base code
-    assert behaviour.checks(probe, 4, random.Random(0)) is None  # only 3 other values
+    assert behaviour.checks(probe, 4, random.Random(0), lambda: "x") is None  # only 3 other values
 
 
 def test_a_traced_raise_agrees_with_any_raise_made_again_never_with_a_value():
