@@ -35,7 +35,7 @@ from swefleet.envs.canary_ids import function_id
 from swefleet.envs.canary_twins import TWINS
 from swefleet.envs.gradelog import patch_paths
 from swefleet.envs.synth import scope_candidates, scope_probe
-from swefleet.envs.synth.mutators import find_mutations
+from swefleet.envs.synth.mutators import Mutation, find_mutations
 
 from swefleet.types import Task
 
@@ -45,6 +45,8 @@ MUTANTS = 24
 SCOPE_MUTANTS = 12
 #: New calls made per function from the recorded ones (`recombined`).
 DERIVED = 40
+#: Lists and tuples of ints up to this long are nudged (`_nudged`).
+MAX_NUDGED_ITEMS = 20
 _DIR = "/tmp/swefleet-probes"
 _SCRIPT = Path(__file__).with_name("call_values.py")
 RUN_TIMEOUT_S = 300.0
@@ -140,7 +142,31 @@ def mutant_sources(gold: dict[str, str], base: dict[str, str], called: set[str],
         if m.is_valid(gold[path]):
             out.append((path, m.apply(gold[path])))
         if len(out) == count:
+            return out
+    return out + _second_order(gold, first, count - len(out), rng, {t for _, t in out})
+
+
+def _second_order(gold: dict[str, str], singles: list[tuple[str, Mutation]], count: int,
+                  rng: random.Random, made: set[str]) -> list[tuple[str, str]]:
+    """Up to `count` mutants made of two single mutations of the same file that do not
+    overlap (`singles`: those of the changed functions), in a seeded order. A small changed
+    function has few single mutants, and each call then has few wrong values to give twins."""
+    pairs = [(path, a, b) for i, (path, a) in enumerate(singles) for other, b in singles[i + 1:]
+             if other == path and (a.end <= b.start or b.end <= a.start)]
+    rng.shuffle(pairs)
+    out, seen = [], set(made)
+    for path, a, b in pairs:
+        if len(out) >= count:
             break
+        later, earlier = (a, b) if a.start > b.start else (b, a)
+        try:  # the later edit first: the earlier one's offsets still hold
+            source = earlier.apply(later.apply(gold[path]))
+            tree = ast.dump(safe_ast.parse(source))
+        except (SyntaxError, ValueError):
+            continue
+        if source not in seen and tree != ast.dump(safe_ast.parse(gold[path])):
+            seen.add(source)
+            out.append((path, source))
     return out
 
 
@@ -155,8 +181,7 @@ def call_key(call: dict) -> tuple:
 
 def recombined(seen: list[dict], cap: int) -> list[dict]:
     """New calls from recorded ones (`result` None: nothing traced): one keyword argument
-    replaced by a value another call of the same function passed for it, or nudged (a number
-    plus one, a string's first digit plus one). Their gold values are less likely to be spelled
+    replaced by a value another call of the same function passed for it, or nudged (`_nudged`). Their gold values are less likely to be spelled
     out in the tests than those of the tests' own calls."""
     by_function: dict[tuple, list[dict]] = {}
     for s in seen:
@@ -196,9 +221,16 @@ def _literal(text: str) -> dict | None:
 
 
 def _nudged(value) -> list:
-    """Values near `value`: an int plus one; a string with its first digit plus one."""
+    """Values near `value`: an int plus one, plus two and (above zero) minus one; a short list
+    or tuple of ints with its last item plus one, or with one more item; a string with its
+    first digit plus one. A small function has few mutants, so each value of one call gives
+    few twins: more nearby calls give more."""
     if type(value) is int:
-        return [value + 1]
+        return [value + 1, value + 2] + ([value - 1] if value > 0 else [])
+    if type(value) in (list, tuple) and 0 < len(value) <= MAX_NUDGED_ITEMS and all(
+            type(v) is int for v in value):  # the last item plus one; one more item
+        up = value[-1] + 1
+        return [type(value)([*value[:-1], up]), type(value)([*value, up])]
     if type(value) is str:
         digit_up = scope_candidates.first_digit_up(value)
         return [] if digit_up is None else [digit_up]

@@ -165,22 +165,51 @@ def test_mutants_come_from_the_changed_functions_first():
     assert len(more) > len(out)
 
 
+def test_a_small_changed_function_gets_second_order_mutants_after_its_single_ones():
+    from swefleet.envs.synth.mutators import find_mutations
+
+    gold = "def take(seq, n):\n    if n > 1:\n        return seq[0:None:n]\n    return seq[:1]\n"
+    base = gold.replace("n > 1", "n >= 1")
+    singles = {m.apply(gold) for m in find_mutations(gold, "m.py") if m.is_valid(gold)}
+    out = mutant_sources({"m.py": gold}, {"m.py": base}, called=set(), count=50, seed=0)
+    texts = [text for _, text in out]
+    assert set(texts[:len(singles)]) == singles  # every single mutant first
+    doubles = texts[len(singles):]
+    assert doubles and len(set(texts)) == len(texts) and gold not in texts
+    for text in doubles:  # two edits: two lines of gold changed, or one twice
+        compile(text, "m.py", "exec")
+        changed = [a for a, b in zip(text.splitlines(), gold.splitlines()) if a != b]
+        assert text not in singles and 1 <= len(changed) <= 2
+    assert mutant_sources({"m.py": gold}, {"m.py": base}, set(), len(singles), 0) == out[
+        :len(singles)]  # count reached by single mutants: none of second order
+    again = mutant_sources({"m.py": gold}, {"m.py": base}, called=set(), count=50, seed=0)
+    assert again == out  # seeded
+
+
 def test_recombined_calls_swap_one_argument_for_a_value_seen_elsewhere():
     seen = [{"test": "t::a", "module": "m", "name": "f", "args": "()", "inner": False,
              "kwargs": repr({"text": "ab", "width": 1}), "result": "'a'"},
             {"test": "t::b", "module": "m", "name": "f", "args": "()", "inner": False,
              "kwargs": repr({"text": "xyz", "width": 3}), "result": "'xyz'"}]
-    made = recombined(seen, cap=10)
+    made = recombined(seen, cap=20)
+    widths = {0, 1, 2, 3, 4, 5}  # seen (1, 3), nudged: + 1, + 2, - 1
     assert {m["kwargs"] for m in made} == {
         repr({"text": "xyz", "width": 1}), repr({"text": "ab", "width": 3}),
-        repr({"text": "ab", "width": 2}), repr({"text": "ab", "width": 4}),  # nudged: + 1
-        repr({"text": "xyz", "width": 2}), repr({"text": "xyz", "width": 4})}
+        *(repr({"text": "ab", "width": w}) for w in widths - {1, 3}),
+        *(repr({"text": "xyz", "width": w}) for w in widths - {1, 3})}
     digits = [{**seen[0], "kwargs": repr({"text": "2d"})}]
     assert [m["kwargs"] for m in recombined(digits, cap=10)] == [repr({"text": "3d"})]
+    ints = [{**seen[0], "kwargs": repr({"items": [1, 2, 3], "pair": ("a", 1)})}]
+    assert [m["kwargs"] for m in recombined(ints, cap=10)] == [  # not of other types
+        repr({"items": [1, 2, 4], "pair": ("a", 1)}),
+        repr({"items": [1, 2, 3, 4], "pair": ("a", 1)})]
+    zero = [{**seen[0], "kwargs": repr({"width": 0})}]  # nothing below zero
+    assert [m["kwargs"] for m in recombined(zero, cap=10)] == [
+        repr({"width": 1}), repr({"width": 2})]
     assert all(m["result"] is None for m in made)
-    assert len(recombined(seen, cap=0)) == 0
+    assert len(recombined(seen, cap=0)) == 0 and len(recombined(seen, cap=3)) == 3
     unreadable = [{**seen[0], "kwargs": "{'limit': inf}"}, *seen]  # read as a name: left out
-    assert {m["kwargs"] for m in recombined(unreadable, cap=10)} == {m["kwargs"] for m in made}
+    assert {m["kwargs"] for m in recombined(unreadable, cap=20)} == {m["kwargs"] for m in made}
 
 
 def test_infinities_are_not_plain_values():
