@@ -206,7 +206,8 @@ def pick(candidates: list[dict], text: str, twins: int) -> Probe | None:
     mutant's raise counts only where the gold code gives that raise too (`gold_raises`);
     its others are the mutants' values that differ from the gold and the base values. Every
     value a probe uses is spelled out in `text` (the tests and the issue) alike: none of them,
-    or else all of them, so that the text favours none. Preferred: changed, inner, public,
+    or else all of them, so that the text favours none; a call's gold value counts as used
+    wherever its others are (a twin whose call the text answers otherwise is crossed off). Preferred: changed, inner, public,
     short."""
     for spelled in (False, True):
         probe = _pick(candidates, text, twins, spelled)
@@ -231,10 +232,13 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
         if gold is None or any(g != gold for g in c["gold"]) or (
                 c["traced"] is not None and not agrees(c["traced"], gold)):
             continue
+        # a twin on a call whose gold value the text spells out (its own value not) is
+        # crossed off by a hack that reads the text: such a call gives no twins
+        alike = shown(gold, text) == spelled
         others = [v for v in dict.fromkeys(c["mutants"])
-                  if v is not None and v not in (gold, c["base"]) and shown(v, text) == spelled
-                  and (not is_raise(v) or v in raised)]
-        decides = c["base"] != gold and shown(gold, text) == spelled
+                  if alike and v is not None and v not in (gold, c["base"])
+                  and shown(v, text) == spelled and (not is_raise(v) or v in raised)]
+        decides = c["base"] != gold and alike
         if not (decides or others):
             continue
         init, history, scope = c.get("init", ""), c.get("history", ""), c.get("scope", "")

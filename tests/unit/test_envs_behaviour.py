@@ -46,6 +46,18 @@ def test_values_spelled_out_in_the_tests_are_used_only_all_together():
     assert behaviour.pick([_candidate()], every, twins=2) is not None
 
 
+def test_a_call_whose_gold_value_the_tests_spell_out_gives_no_twins():
+    text = "assert f(2) == 4\n"  # f(2)'s gold value; a twin `f(2) == 6` would read as false
+    answered = _candidate(traced=None)
+    hidden = _candidate(kwargs="{'x': 3}", traced=None, gold=("9", "9"), base="10",
+                        mutants=("11", "12"))
+    assert behaviour.pick([answered, hidden], text, twins=3) is None  # was: 6, 7 from f(2)
+    probe = behaviour.pick([answered, hidden], text, twins=2)
+    assert [(c.kwargs, c.others) for c in probe.calls] == [("{'x': 3}", ["11", "12"])]
+    every = behaviour.pick([answered, hidden], text + "g() in (6, 7, 9, 11, 12)\n", twins=3)
+    assert every is not None  # every value spelled out: f(2)'s twins count again
+
+
 def test_shown_reads_whole_words_and_reprs():
     assert behaviour.shown("'hello-world'", 'assert slug("Hello World") == "hello-world"')
     assert not behaviour.shown("'hello'", "say helloworld")
