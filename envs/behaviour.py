@@ -207,8 +207,8 @@ def pick(candidates: list[dict], text: str, twins: int) -> Probe | None:
     its others are the mutants' values that differ from the gold and the base values. Every
     value a probe uses is spelled out in `text` (the tests and the issue) alike: none of them,
     or else all of them, so that the text favours none; a call's gold value counts as used
-    wherever its others are (a twin whose call the text answers otherwise is crossed off). Preferred: changed, inner, public,
-    short."""
+    wherever its others are (a twin whose call the text answers otherwise is crossed off).
+    Preferred: changed, inner, public, short."""
     for spelled in (False, True):
         probe = _pick(candidates, text, twins, spelled)
         if probe is not None:

@@ -155,6 +155,7 @@ def _second_order(gold: dict[str, str], singles: list[tuple[str, Mutation]], cou
              if other == path and (a.end <= b.start or b.end <= a.start)]
     rng.shuffle(pairs)
     out, seen = [], set(made)
+    trees = {path: ast.dump(safe_ast.parse(gold[path])) for path, _ in singles}
     for path, a, b in pairs:
         if len(out) >= count:
             break
@@ -164,7 +165,7 @@ def _second_order(gold: dict[str, str], singles: list[tuple[str, Mutation]], cou
             tree = ast.dump(safe_ast.parse(source))
         except (SyntaxError, ValueError):
             continue
-        if source not in seen and tree != ast.dump(safe_ast.parse(gold[path])):
+        if source not in seen and tree != trees[path]:
             seen.add(source)
             out.append((path, source))
     return out
@@ -181,8 +182,9 @@ def call_key(call: dict) -> tuple:
 
 def recombined(seen: list[dict], cap: int) -> list[dict]:
     """New calls from recorded ones (`result` None: nothing traced): one keyword argument
-    replaced by a value another call of the same function passed for it, or nudged (`_nudged`). Their gold values are less likely to be spelled
-    out in the tests than those of the tests' own calls."""
+    replaced by a value another call of the same function passed for it, or nudged
+    (`_nudged`). Their gold values are less likely to be spelled out in the tests than those
+    of the tests' own calls."""
     by_function: dict[tuple, list[dict]] = {}
     for s in seen:
         if _literal(s["kwargs"]) is not None:  # a recorder of another version may differ
