@@ -155,17 +155,15 @@ def _second_order(gold: dict[str, str], singles: list[tuple[str, Mutation]], cou
              if other == path and (a.end <= b.start or b.end <= a.start)]
     rng.shuffle(pairs)
     out, seen = [], set(made)
-    trees = {path: ast.dump(safe_ast.parse(gold[path])) for path, _ in singles}
     for path, a, b in pairs:
         if len(out) >= count:
             break
         later, earlier = (a, b) if a.start > b.start else (b, a)
-        try:  # the later edit first: the earlier one's offsets still hold
-            source = earlier.apply(later.apply(gold[path]))
-            tree = ast.dump(safe_ast.parse(source))
-        except (SyntaxError, ValueError):
+        once = later.apply(gold[path])  # the later edit first: the earlier one's offsets hold
+        if not earlier.is_valid(once):
             continue
-        if source not in seen and tree != trees[path]:
+        source = earlier.apply(once)
+        if source not in seen:
             seen.add(source)
             out.append((path, source))
     return out
