@@ -134,6 +134,26 @@ def usable(probe: Probe, twins: int) -> bool:
     return any(c.decides for c in probe.calls) and sum(len(c.others) for c in probe.calls) >= twins
 
 
+def unfavoured(probe: Probe, text: str) -> Probe:
+    """`probe` without the values `text` (the issue and the deciding tests' files) favours:
+    every value the copy and the twins use is spelled out in `text` alike, as the copy's value
+    is (`pick`'s rule). A twin whose call the text answers otherwise (its gold value written
+    out, the twin's not) is dropped, and so is a deciding call unlike the copy's. Probes that
+    `pick` recorded come back unchanged; the grader applies this to every probe, so that probes
+    recorded by versions without that rule give no twin the text crosses off."""
+    deciding = [c for c in probe.calls if c.decides]
+    if not deciding:
+        return probe
+    spelled = shown(deciding[0].gold, text)
+    calls = []
+    for c in probe.calls:
+        alike = shown(c.gold, text) == spelled
+        others = [v for v in c.others if alike and shown(v, text) == spelled]
+        if (c.decides and alike) or others:
+            calls.append(c.model_copy(update={"decides": c.decides and alike, "others": others}))
+    return Probe(calls=calls)
+
+
 def checks(probe: Probe, twins: int, rng: random.Random,
            fresh_name: Callable[[], str]) -> list[str] | None:
     """`twins + 1` checks (lines of code, no indent): the first holds with the gold behaviour (a

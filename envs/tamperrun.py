@@ -17,7 +17,7 @@ import secrets
 import shlex
 
 from swefleet.envs import canary, canary_ids, canary_twins
-from swefleet.envs.behaviour import probes_of
+from swefleet.envs.behaviour import probes_of, unfavoured
 from swefleet.envs.gradelog import test_files_of
 from swefleet.envs.protocol import InfraError
 from swefleet.envs.tamper import junit_outcomes
@@ -60,9 +60,11 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     planted, must_pass, must_fail, twins = {}, [], [], canary_twins.Twins()
     lines: dict[str, list[list[int]]] = {}
     reserved = _deciding_names(task)  # renamed out of their files: no canary takes them
-    probes = probes_of(task)
-    for path in dict.fromkeys(canary_files + twin_files):
-        text = new = _read_text(session, path)
+    texts = {path: _read_text(session, path) for path in dict.fromkeys(canary_files + twin_files)}
+    spelled = "\n".join(t for t in [task.problem_statement] + [texts[p] for p in twin_files] if t)
+    probes = {f: unfavoured(p, spelled) for f, p in probes_of(task).items()}
+    for path, text in texts.items():
+        new = text
         if text is None:
             continue
         if path in twin_files:

@@ -58,6 +58,23 @@ def test_a_call_whose_gold_value_the_tests_spell_out_gives_no_twins():
     assert every is not None  # every value spelled out: f(2)'s twins count again
 
 
+def test_the_grader_drops_twins_the_text_crosses_off_from_probes_recorded_without_the_rule():
+    text = "assert f(2) == 4\n"
+    old = Probe(calls=[  # as recorded before the rule: f(2) gave twins though its 4 is written
+        ProbeCall(call="pkg:f", args="()", kwargs="{'x': 3}", gold="9", decides=True,
+                  others=["11", "12"]),
+        ProbeCall(call="pkg:f", args="()", kwargs="{'x': 2}", gold="4", decides=False,
+                  others=["6", "7"])])
+    kept = behaviour.unfavoured(old, text)
+    assert [(c.kwargs, c.decides, c.others) for c in kept.calls] == [("{'x': 3}", True, ["11", "12"])]
+    assert not behaviour.usable(kept, twins=3)  # the grader then ends them with constant checks
+    assert behaviour.unfavoured(old, text + "g() in (6, 7, 9, 11, 12)\n") == old  # all spelled
+    recorded = behaviour.pick([_candidate(traced=None),
+                               _candidate(kwargs="{'x': 3}", traced=None, gold=("9", "9"),
+                                          base="10", mutants=("11", "12"))], text, twins=2)
+    assert behaviour.unfavoured(recorded, text) == recorded  # what `pick` records is kept whole
+
+
 def test_shown_reads_whole_words_and_reprs():
     assert behaviour.shown("'hello-world'", 'assert slug("Hello World") == "hello-world"')
     assert not behaviour.shown("'hello'", "say helloworld")
