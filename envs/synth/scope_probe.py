@@ -151,8 +151,9 @@ def recording_file(text: str, exprs: dict[str, list[str]], out_path: str, start:
         for expr in texts:
             key = f"{start + len(keys)}"
             keys[key] = (func, expr)
+            indent = lines[node.lineno - 1][:node.col_offset]  # tabs stay tabs
             inserts.append((node.end_lineno, _copy_lines(node, f"{REC_PREFIX}{key}", key, expr,
-                                                         out_path)))
+                                                         out_path, indent)))
     for at, block in sorted(inserts, key=lambda x: -x[0]):
         lines[at:at] = block
     if keys:
@@ -160,13 +161,12 @@ def recording_file(text: str, exprs: dict[str, list[str]], out_path: str, start:
     return "\n".join(lines), keys
 
 
-def _copy_lines(node, name: str, key: str, expr: str, out_path: str) -> list[str]:
+def _copy_lines(node, name: str, key: str, expr: str, out_path: str, indent: str) -> list[str]:
     soft = copy.deepcopy(node)
     soft.body = [_SoftAsserts().visit(stmt) for stmt in soft.body]
     soft.name = name
     soft.body = soft.body + safe_ast.parse("\n".join(_record_lines(key, expr, out_path))).body
     ast.fix_missing_locations(soft)
-    indent = " " * node.col_offset
     return [""] + [indent + line for line in ast.unparse(soft).split("\n")] + [""]
 
 

@@ -186,6 +186,25 @@ def test_recording_copies_run_every_assertion_and_record_each_candidate(tmp_path
                        raised("c.total(1)"): None}  # it returned: no value
 
 
+def test_a_recording_copy_in_a_tab_indented_class_keeps_the_file_running(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text(PACKAGE)
+    tests = ("from pkg import Cache\n\n\nclass TestTabs:\n"
+             "\tdef test_get(self):\n\t\tc = Cache(len)\n\t\tc.put(1, 'ab')\n"
+             "\t\tassert c.get(1) == 'abab'\n\n\tdef test_other(self):\n\t\tpass\n")
+    out = tmp_path / "rec.jsonl"
+    text, keys = recording_file(tests, {"tests/test_t.py::TestTabs::test_get": ["c.get(1)"]},
+                                str(out))
+    (tmp_path / "tests" / "test_t.py").write_text(text)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-o", "addopts=", "tests/test_t.py"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout[-2000:]
+    assert {keys[k][1]: v for k, v in read_values(out.read_text(), keys).items()} == {
+        "c.get(1)": "'abab'"}
+
+
 def test_recorded_lines_that_raise_name_an_address_or_are_missing_give_none():
     keys = {"0": ("f", "a"), "1": ("f", "b"), "2": ("f", "c"), "3": ("f", "d")}
     lines = '["0", "7"]\n["1", null]\n["2", "<Obj object at 0x7f00aa>"]\nnot json\n["0", "7"]\n'
