@@ -23,13 +23,14 @@ CONFIG = str(REPO / "configs" / "quickstart.toml")
 
 @pytest.fixture
 def task_file(tmp_path) -> Path:
-    """The quickstart tasks (every one probed) with the probes of the first two removed, and
-    the third's probes left with no deciding call."""
+    """The quickstart tasks (all probed but the last: its issue spells out the gold values)
+    with the probes of the first two removed, and the third's probes left with no deciding
+    call."""
     folder = tmp_path / "quickstart"
     shutil.copytree(QUICKSTART.parent, folder)
     path = folder / "tasks.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    assert all(r.get("probes") for r in records) and records[2]["split"] == "train"
+    assert all(r.get("probes") for r in records[:6]) and records[2]["split"] == "train"
     for r in records[:2]:
         del r["probes"]
     for probe in records[2]["probes"].values():
@@ -45,7 +46,7 @@ def _config(task_file: Path, *sets: str):
 
 def test_a_task_is_graded_by_behaviour_only_with_a_deciding_probe(task_file):
     graded = [graded_by_behaviour(t) for t in load_tasks(task_file)]
-    assert graded == [False, False, False, True, True, True, True]
+    assert graded == [False, False, False, True, True, True, False]
 
 
 def test_runs_drop_tasks_with_constant_checks_only_before_the_limit(task_file):
@@ -75,6 +76,6 @@ def test_the_eval_report_says_how_many_tasks_are_graded_by_behaviour(task_file):
     records = [{"task_id": t.instance_id, "resolved": False, "tokens": 1, "wall_s": 1.0}
                for t in tasks]
     report = build_report(records, 1) | behaviour_fields(tasks)
-    assert report["behaviour_graded_tasks"] == 4 and report["selected_tasks"] == 7
-    assert "- graded by behaviour probes: 4 of 7 tasks; 3 by constant checks only" \
+    assert report["behaviour_graded_tasks"] == 3 and report["selected_tasks"] == 7
+    assert "- graded by behaviour probes: 3 of 7 tasks; 4 by constant checks only" \
         in report_markdown(report)
