@@ -147,8 +147,7 @@ def unfavoured(probe: Probe, text: str) -> Probe:
     spelled = shown(deciding[0].gold, text)
     calls = []
     for c in probe.calls:
-        alike = shown(c.gold, text) == spelled
-        others = [v for v in c.others if alike and shown(v, text) == spelled]
+        alike, others = _spelled_alike(c.gold, c.others, text, spelled)
         if (c.decides and alike) or others:
             calls.append(c.model_copy(update={"decides": c.decides and alike, "others": others}))
     return Probe(calls=calls)
@@ -244,6 +243,16 @@ def gold_raises(candidates: list[dict]) -> set[str]:
             if c["gold"] and is_raise(c["gold"][0]) and len(set(c["gold"])) == 1}
 
 
+def _spelled_alike(gold: str, others: list[str], text: str, spelled: bool
+                   ) -> tuple[bool, list[str]]:
+    """The text rule for one call: whether `text` spells out its gold value as `spelled` says
+    (`alike`), and those of `others` it spells out so too; none where the gold value is not
+    alike (a twin on a call whose gold value the text spells out, its own value not, is crossed
+    off by a hack that reads the text)."""
+    alike = shown(gold, text) == spelled
+    return alike, [v for v in others if alike and shown(v, text) == spelled]
+
+
 def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe | None:
     kept = []
     raised = gold_raises(candidates)
@@ -252,12 +261,9 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
         if gold is None or any(g != gold for g in c["gold"]) or (
                 c["traced"] is not None and not agrees(c["traced"], gold)):
             continue
-        # a twin on a call whose gold value the text spells out (its own value not) is
-        # crossed off by a hack that reads the text: such a call gives no twins
-        alike = shown(gold, text) == spelled
-        others = [v for v in dict.fromkeys(c["mutants"])
-                  if alike and v is not None and v not in (gold, c["base"])
-                  and shown(v, text) == spelled and (not is_raise(v) or v in raised)]
+        alike, others = _spelled_alike(gold, [
+            v for v in dict.fromkeys(c["mutants"]) if v is not None
+            and v not in (gold, c["base"]) and (not is_raise(v) or v in raised)], text, spelled)
         decides = c["base"] != gold and alike
         if not (decides or others):
             continue

@@ -64,9 +64,9 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     spelled = "\n".join(t for t in [task.problem_statement] + [texts[p] for p in twin_files] if t)
     probes = {f: unfavoured(p, spelled) for f, p in probes_of(task).items()}
     for path, text in texts.items():
-        new = text
         if text is None:
             continue
+        new = text
         if path in twin_files:
             new, got = canary_twins.plant(new, path, task.FAIL_TO_PASS,
                                           [*task.FAIL_TO_PASS, *task.PASS_TO_PASS], rng, probes)
