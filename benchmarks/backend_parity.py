@@ -17,6 +17,9 @@ agreements, disagreements (task, case, the fields that differ, both verdicts wit
 seconds per backend, and per backend the gold grades, how many resolved and how many were
 graded `tampered`. Exit status 1 when any case disagrees.
 
+Ctrl-C or SIGTERM stops a run with one line and exit 130 or 143, its sandboxes removed; it
+records nothing (a campaign in chunks loses only the chunk it was in).
+
 `--record FILE` appends, after the grading, one line per task with its gold grades per backend
 (`envs/gold_record.py`); with `--fewer-than N` only the tasks the record holds fewer than N gold
 grades of (on either backend, or on `--backend`) are graded, before `--slice` and `--per-split`,
@@ -179,4 +182,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from swefleet.app import interrupt
+
+    interrupt.install()  # SIGTERM as Ctrl-C: the grading unwinds, its containers go, exit 143
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(interrupt.stopped("backend_parity"))

@@ -206,3 +206,28 @@ def test_sigterm_ends_rl_with_one_line_and_nothing_left(tmp_path):
     assert rc == 143, lines
     assert not left, f"5 s after SIGTERM: {left}"
     _one_line(lines, "rl", "SIGTERM")
+
+
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+def test_sigterm_ends_a_parity_run_with_one_line_and_nothing_left(tmp_path, backend):
+    """`benchmarks/backend_parity.py` grading gold patches on one backend: SIGTERM once its
+    sandboxes run; the record it was given stays untouched."""
+    require(backend)
+    record = tmp_path / "record.jsonl"
+    record.write_text("")
+    proc = _popen([sys.executable, str(REPO / "benchmarks/backend_parity.py"), "--tasks",
+                   str(TASKS), "--slice", "0:1", "--hacks", "none", "--gold-repeats", "40",
+                   "--backend", backend, "--record", str(record)], tmp_path)
+
+    def boxes() -> bool:
+        if backend == "docker":
+            return bool(_containers(proc.pid))
+        return any(argv and argv[0].endswith("bwrap") and f"/{proc.pid}." in " ".join(argv)
+                   for _, argv in _processes().values())
+
+    _wait_until(boxes, proc, tmp_path)
+    rc, left, lines = _interrupt(proc, signal.SIGTERM, tmp_path)
+    assert rc == 143, lines
+    assert not left, f"5 s after SIGTERM: {left}"
+    _one_line(lines, "backend_parity", "SIGTERM")
+    assert record.read_text() == ""
