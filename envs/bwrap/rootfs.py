@@ -64,7 +64,7 @@ def _export(image: str, entry: Path) -> None:
     (tmp / "rootfs").mkdir(parents=True)
     try:
         cfg = json.loads(_check(["docker", "image", "inspect", image]))[0]["Config"]
-        cid = _check(["docker", "create", image]).strip()
+        cid = _check(["docker", "create", *_export_labels(), image]).strip()
         try:
             export = subprocess.Popen(["docker", "export", cid], stdout=subprocess.PIPE)
             untar = subprocess.run(["tar", "-x", "-C", str(tmp / "rootfs")],
@@ -84,6 +84,15 @@ def _export(image: str, entry: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _export_labels() -> list[str]:
+    """`--label` options that let the reaper (`envs/reaper.py`) remove the stopped container an
+    export makes when the exporting process dies mid-export (its `finally` never ran)."""
+    from swefleet.envs.containers import LABEL_KIND, LABEL_RUN, owner_labels
+
+    labels = {LABEL_RUN: "rootfs-export", LABEL_KIND: "export", **owner_labels()}
+    return [f"--label={key}={value}" for key, value in labels.items()]
 
 
 def _check(argv: list[str]) -> str:

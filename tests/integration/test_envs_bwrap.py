@@ -200,3 +200,40 @@ async def test_threads_fit_the_address_space_limit(envs_tiny_task):
         r = await sb.run("python3 /tmp/threads.py")
         assert "threads done" not in r.output, r.output
         assert "can't start new thread" in r.output or "MemoryError" in r.output, r.output
+
+
+def test_an_export_killed_midway_leaves_a_container_the_reaper_removes(envs_tiny_task, tmp_path):
+    """An export makes a stopped container and removes it in `finally`; a process killed with
+    SIGKILL meanwhile never gets there. The container carries its owner's labels, so the next
+    run's reaper removes it."""
+    from swefleet.envs.containers import docker_client
+    from swefleet.envs.reaper import reap_dead_runs
+
+    child = textwrap.dedent(f"""
+        import subprocess, sys, time
+        from swefleet.envs.bwrap import rootfs
+        real = subprocess.Popen
+        def held(argv, *a, **k):
+            if argv[:2] == ["docker", "export"]:
+                print("exporting", flush=True)
+                time.sleep(120)
+            return real(argv, *a, **k)
+        subprocess.Popen = held
+        rootfs.ensure_rootfs({envs_tiny_task.image!r}, {str(tmp_path / "cache")!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], cwd=REPO, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "exporting"
+    proc.kill()
+    proc.wait()
+    client = docker_client()
+    try:
+        def left() -> list[dict]:
+            return client.api.containers(
+                all=True, filters={"label": f"swefleet.owner_pid={proc.pid}"})
+
+        assert [c["Labels"]["swefleet.kind"] for c in left()] == ["export"]
+        reap_dead_runs(client)
+        assert left() == []
+    finally:
+        client.close()
