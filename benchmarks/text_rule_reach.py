@@ -1,0 +1,102 @@
+"""How far the text rule's reach matters: the recorded probes a wider text would change.
+
+    python benchmarks/text_rule_reach.py --tasks envs/data/pypi/tasks.jsonl
+
+The recorder and the grader cross off a twin whose call's gold value the issue or the deciding
+tests' files spell out and the twin's value not (`envs/behaviour.py::unfavoured`). A patch can
+read more than that: the package's source with its docstrings, its docs, every test file. For
+each probed task this applies the same rule to its recorded probes with the issue, the test
+patch and the whole repository's text (the `.py`, `.pyi`, `.rst`, `.md` and `.txt` files of the package's first
+probed task's image, read once per package) and counts what it would change: probes that lose
+a twin, probes left unusable (fewer twins than the grader plants), tasks left with no usable
+probe (graded by constant checks). Builds missing task images; reads, never writes, the tasks.
+
+Prints one line per package and, last, one JSON object: probed tasks, tasks with a probe that
+would change, probes that would change, probes left unusable, tasks left with none usable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from swefleet.envs.behaviour import probes_of, unfavoured, usable
+from swefleet.envs.canary_twins import TWINS
+from swefleet.envs.tasks import load_tasks, prepare_task_images
+
+from swefleet.types import Task
+
+SUFFIXES = (".py", ".pyi", ".rst", ".md", ".txt")
+FILE_CAP = 2 << 20
+"""Files larger than this (generated data) are left out of the repository's text."""
+
+
+def repository_text(task: Task) -> str:
+    """The text files of `task`'s repository as its image holds them (`.git` left out)."""
+    names = " -o ".join(f"-name '*{s}'" for s in SUFFIXES)
+    script = (f"cd {task.workdir} && find . -type f \\( {names} \\) -not -path './.git/*' "
+              f"-size -{FILE_CAP // 1024}k -print0 | tar --null -cf - -T -")
+    res = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh",
+                          task.image, "-c", script], capture_output=True, check=False)
+    if res.returncode:
+        raise RuntimeError(f"{task.instance_id}: reading its repository failed: "
+                           f"{res.stderr.decode(errors='replace')[-300:]}")
+    texts = []
+    with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
+        for member in tar.getmembers():
+            f = tar.extractfile(member) if member.isfile() else None
+            if f is not None:
+                texts.append(f.read().decode("utf-8", errors="replace"))
+    return "\n".join(texts)
+
+
+def reach(task: Task, repo_text: str) -> dict:
+    """What the rule over the issue, the test patch and the repository's text changes in
+    `task`'s probes as recorded (recorded under the rule, they hold no twin that the issue and
+    the deciding tests' files cross off)."""
+    wide = "\n".join([task.problem_statement, task.test_patch or "", repo_text])
+    changed = unusable = usable_after = 0
+    for probe in probes_of(task).values():
+        after = unfavoured(probe, wide)
+        changed += after != probe
+        unusable += usable(probe, TWINS) and not usable(after, TWINS)
+        usable_after += usable(after, TWINS)
+    return {"changed": changed, "unusable": unusable, "none_left": usable_after == 0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tasks", required=True, help="a task file (jsonl)")
+    args = p.parse_args(argv)
+    tasks = [t for t in load_tasks(args.tasks) if probes_of(t)]
+    by_package: dict[tuple[str, str], list[Task]] = defaultdict(list)
+    for t in tasks:
+        by_package[(t.repo, t.version)].append(t)
+    totals = {"probed_tasks": len(tasks), "tasks_changed": 0, "probes_changed": 0,
+              "probes_left_unusable": 0, "tasks_left_without_probe": 0}
+    for (repo, version), group in sorted(by_package.items()):
+        prepare_task_images(group[:1], args.tasks)
+        text = repository_text(group[0])
+        found = [reach(t, text) for t in group]
+        row = {"tasks_changed": sum(bool(f["changed"]) for f in found),
+               "probes_changed": sum(f["changed"] for f in found),
+               "probes_left_unusable": sum(f["unusable"] for f in found),
+               "tasks_left_without_probe": sum(f["none_left"] for f in found)}
+        for key, n in row.items():
+            totals[key] += n
+        print(f"{repo} {version}: {len(group)} probed, {len(text) / 1e6:.1f} MB of text; "
+              + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    print(json.dumps(totals))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
