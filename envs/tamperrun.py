@@ -28,24 +28,55 @@ _DEFAULT_TEST_FILE = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_test)\.py$")
 
 
 def read_bytes(container, workdir: str, path: str, attempts: int = 3) -> bytes | None:
-    """The first 32 MiB of `path` in the container, or None when it cannot be read (no such
-    file). A read that comes back shorter than the file's size (an exec that returned nothing
-    with exit 0) is tried again, then raises `InfraError`: planting into a file read as empty
-    would write the grader's tests over the real ones."""
-    q = shlex.quote(path)
-    size_script = f"stat -L -c %s -- {q} 2>/dev/null"
-    script = f"set -o pipefail; head -c {_READ_CAP} -- {q} 2>/dev/null"
+    """`read_files` of one path."""
+    return read_files(container, workdir, [path], attempts)[path]
+
+
+def read_files(container, workdir: str, paths: list[str], attempts: int = 3
+               ) -> dict[str, bytes | None]:
+    """The first 32 MiB of each of `paths` in the container (None: no such file), in one exec.
+    Each file comes back framed by its size and a marker no file holds (a fresh random token);
+    a read that comes back other than framed (an exec that returned nothing with exit 0, a file
+    shorter than its size) is tried again, then raises `InfraError`: planting into a file read
+    as empty would write the grader's tests over the real ones."""
+    paths = list(dict.fromkeys(paths))
+    if not paths:
+        return {}
     for _ in range(attempts):
-        size = container.exec_run(["bash", "-c", size_script], workdir=workdir)
-        if size.exit_code != 0:
+        token = secrets.token_hex(12)
+        script = ('for p in "$@"; do if s=$(stat -L -c %s -- "$p" 2>/dev/null); then '
+                  f'printf "%s\\n" "$s"; head -c {_READ_CAP} -- "$p" 2>/dev/null; '
+                  f'printf "\\n{token} %s\\n" "$?"; else printf -- "-\\n"; fi; done')
+        res = container.exec_run(["bash", "-c", script, "read", *paths], workdir=workdir)
+        got = _framed(res.output or b"", paths, token) if res.exit_code == 0 else None
+        if got is not None:
+            return got
+    raise InfraError(f"reading {len(paths)} test file(s) for the grader's plants came back "
+                     f"short {attempts} times ({', '.join(paths[:3])}"
+                     f"{', ...' if len(paths) > 3 else ''})")
+
+
+def _framed(out: bytes, paths: list[str], token: str) -> dict[str, bytes | None] | None:
+    """The files of a `read_files` exec's output, or None where it is not framed as written."""
+    got: dict[str, bytes | None] = {}
+    end = f"\n{token} 0\n".encode()
+    at = 0
+    for path in paths:
+        line_end = out.find(b"\n", at)
+        if line_end < 0:
             return None
-        res = container.exec_run(["bash", "-c", script], workdir=workdir)
-        data = res.output or b""
-        want = min(int((size.output or b"0").strip() or 0), _READ_CAP)
-        if res.exit_code == 0 and len(data) == want:
-            return data
-    raise InfraError(f"reading {path} for the grader's plants came back short {attempts} times "
-                     f"({len(data)} of {want} bytes)")
+        size, at = out[at:line_end], line_end + 1
+        if size == b"-":
+            got[path] = None
+            continue
+        if not size.isdigit():
+            return None
+        want = min(int(size), _READ_CAP)
+        data, at = out[at:at + want], at + want
+        if out[at:at + len(end)] != end:
+            return None
+        got[path], at = data, at + len(end)
+    return got if at == len(out) else None
 
 
 def plant_canaries(session, scratch: str, tar_files) -> dict:
@@ -60,7 +91,8 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     planted, must_pass, must_fail, twins = {}, [], [], canary_twins.Twins()
     lines: dict[str, list[list[int]]] = {}
     reserved = _deciding_names(task)  # renamed out of their files: no canary takes them
-    texts = {path: _read_text(session, path) for path in dict.fromkeys(canary_files + twin_files)}
+    raw = read_files(session.container, task.workdir, canary_files + twin_files)
+    texts = {path: _decoded(data) for path, data in raw.items()}
     spelled = "\n".join(t for t in [task.problem_statement] + [texts[p] for p in twin_files] if t)
     probes = {f: unfavoured(p, spelled) for f, p in probes_of(task).items()}
     for path, text in texts.items():
@@ -93,8 +125,8 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     return {**out, "twins": twins.as_dict()} if twins.renamed else out
 
 
-def _read_text(session, path: str) -> str | None:
-    raw = read_bytes(session.container, session.task.workdir, path)
+def _decoded(raw: bytes | None) -> str | None:
+    """A file's text, or None: missing, not UTF-8, or longer than the read's cap."""
     try:
         return raw.decode() if raw is not None and len(raw) < _READ_CAP else None
     except UnicodeDecodeError:

@@ -55,3 +55,13 @@ def test_empty_and_missing_files_read_as_they_are(container):
     _fail_next(container, 0)
     assert read_bytes(container, "/w", "empty.py") == b""
     assert read_bytes(container, "/w", "missing.py") is None
+
+
+def test_many_files_come_back_in_one_read_each_as_it_is(container):
+    """One exec reads them all; a head that printed nothing for one file breaks the framing,
+    and the whole read is tried again."""
+    from swefleet.envs.tamperrun import read_files
+
+    _fail_next(container, 1)
+    got = read_files(container, "/w", ["test_a.py", "missing.py", "empty.py", "test_a.py"])
+    assert got == {"test_a.py": b"def test_x():\n    pass\n", "missing.py": None, "empty.py": b""}
