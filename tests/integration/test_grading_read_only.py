@@ -14,7 +14,7 @@ import subprocess
 import pytest
 from swefleet.envs.backends import make_grader
 from swefleet.envs.config import FarmConfig, GradingConfig
-from swefleet.envs.grading import _REMOVE_CACHES
+from swefleet.envs.grading import _READ_ONLY, _REMOVE_CACHES
 
 from swefleet.types import GradeStatus
 from tests.integration.sandbox_backends import BACKENDS, require
@@ -111,3 +111,29 @@ def test_bytecode_caches_are_removed_but_not_from_git(tmp_path):
     left = sorted(str(p.relative_to(repo)) for p in repo.rglob("*") if not p.is_dir())
     assert left == [".git/objects/x.pyc", "README", "pkg/mod.py"]
     assert (outside / "__pycache__" / "kept.pyc").exists()
+
+
+def test_read_only_changes_only_the_entries_others_could_write_or_not_read(tmp_path):
+    """Group- or other-writable entries lose that; unreadable ones, and runnable ones others
+    cannot run, gain it; an entry that is already right is not touched (its change time
+    stays), and a link's target is not changed through it."""
+    import os
+
+    repo, outside = tmp_path / "repo", tmp_path / "outside.txt"
+    modes = {"shared.txt": 0o666, "run.sh": 0o744, "private": 0o700, "plain.txt": 0o644,
+             "group.py": 0o664}
+    repo.mkdir()
+    for name, mode in modes.items():
+        path = repo / name
+        path.mkdir() if name == "private" else path.write_text("x")
+        path.chmod(mode)
+    outside.write_text("x")
+    outside.chmod(0o666)
+    (repo / "link").symlink_to(outside)
+    changed_at = os.stat(repo / "plain.txt").st_ctime_ns
+    subprocess.run(["bash", "-c", _READ_ONLY], cwd=repo, check=True)
+    got = {name: (repo / name).stat().st_mode & 0o777 for name in modes}
+    assert got == {"shared.txt": 0o644, "run.sh": 0o755, "private": 0o755, "plain.txt": 0o644,
+                   "group.py": 0o644}
+    assert os.stat(repo / "plain.txt").st_ctime_ns == changed_at
+    assert outside.stat().st_mode & 0o777 == 0o666
