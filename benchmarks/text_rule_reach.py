@@ -2,10 +2,11 @@
 
     python benchmarks/text_rule_reach.py --tasks envs/data/pypi/tasks.jsonl
 
-The recorder and the grader cross off a twin whose call's gold value the issue or the deciding
-tests' files spell out and the twin's value not (`envs/behaviour.py::unfavoured`). A patch can
-read more than that: the package's source with its docstrings, its docs, every test file. For
-each probed task this applies the same rule to its recorded probes with the issue, the test
+The grader crosses off a twin whose call's gold value the issue or the deciding tests' files
+spell out and the twin's value not (`envs/behaviour.py::unfavoured`); the recorder also reads
+the repository's text (`behaviour_run.REPOSITORY_TEXT`). A patch can read all of it: the
+package's source with its docstrings, its docs, every test file. This shows which tasks of a
+set recorded before the recorder read the repository need recording again. For each probed task this applies the same rule to its recorded probes with the issue, the test
 patch and the whole repository's text (the `.py`, `.pyi`, `.rst`, `.md` and `.txt` files of the package's first
 probed task's image, read once per package) and counts what it would change: probes that lose
 a twin, probes left unusable (fewer twins than the grader plants), tasks left with no usable

@@ -144,10 +144,10 @@ def unfavoured(probe: Probe, text: str) -> Probe:
     deciding = [c for c in probe.calls if c.decides]
     if not deciding:
         return probe
-    spelled = shown(deciding[0].gold, text)
+    spelled = (shown(deciding[0].gold, text),)
     calls = []
     for c in probe.calls:
-        alike, others = _spelled_alike(c.gold, c.others, text, spelled)
+        alike, others = _spelled_alike(c.gold, c.others, (text,), spelled)
         if (c.decides and alike) or others:
             calls.append(c.model_copy(update={"decides": c.decides and alike, "others": others}))
     return Probe(calls=calls)
@@ -215,7 +215,7 @@ def _whole(form: str) -> str:
     return head + re.escape(form) + tail
 
 
-def pick(candidates: list[dict], text: str, twins: int) -> Probe | None:
+def pick(candidates: list[dict], text: str, twins: int, repository: str = "") -> Probe | None:
     """The probe made of the best recorded calls, or None. Each candidate: `call`, `args`,
     `kwargs`, `traced` (value seen in the test run; None for a call made up from recorded
     ones), `gold` (two standalone runs: a list), `base`, `mutants` (values or None), `changed`
@@ -227,12 +227,22 @@ def pick(candidates: list[dict], text: str, twins: int) -> Probe | None:
     value a probe uses is spelled out in `text` (the tests and the issue) alike: none of them,
     or else all of them, so that the text favours none; a call's gold value counts as used
     wherever its others are (a twin whose call the text answers otherwise is crossed off).
-    Preferred: changed, inner, public, short."""
-    for spelled in (False, True):
-        probe = _pick(candidates, text, twins, spelled)
+    With `repository` (the text of the repository's files: the package's source and docstrings,
+    its docs, every test file), the same holds for `text` and `repository` together, as well
+    as for `text` alone. Preferred: changed, inner, public, short."""
+    texts = (text, text + "\n" + repository) if repository else (text,)
+    memo: dict[tuple[str, int], bool] = {}
+    for spelled in _spellings(len(texts)):
+        probe = _pick(candidates, texts, twins, spelled, memo)
         if probe is not None:
             return probe
     return None
+
+
+def _spellings(n: int) -> list[tuple[bool, ...]]:
+    """Whether a probe's values are spelled out in each of `n` texts, each holding the one
+    before: spelled nowhere first, then in the wider texts only, then in every one."""
+    return [tuple(i >= k for i in range(n)) for k in range(n, -1, -1)]
 
 
 def gold_raises(candidates: list[dict]) -> set[str]:
@@ -243,17 +253,29 @@ def gold_raises(candidates: list[dict]) -> set[str]:
             if c["gold"] and is_raise(c["gold"][0]) and len(set(c["gold"])) == 1}
 
 
-def _spelled_alike(gold: str, others: list[str], text: str, spelled: bool
+def _spelled_alike(gold: str, others: list[str], texts: tuple[str, ...],
+                   spelled: tuple[bool, ...], memo: dict | None = None
                    ) -> tuple[bool, list[str]]:
-    """The text rule for one call: whether `text` spells out its gold value as `spelled` says
-    (`alike`), and those of `others` it spells out so too; none where the gold value is not
-    alike (a twin on a call whose gold value the text spells out, its own value not, is crossed
-    off by a hack that reads the text)."""
-    alike = shown(gold, text) == spelled
-    return alike, [v for v in others if alike and shown(v, text) == spelled]
+    """The text rule for one call: whether each of `texts` spells out its gold value as
+    `spelled` says (`alike`), and those of `others` each spells out so too; none where the
+    gold value is not alike (a twin on a call whose gold value a text spells out, its own value
+    not, is crossed off by a hack that reads that text)."""
+    memo = {} if memo is None else memo
+
+    def as_spelled(value: str) -> bool:
+        for k, (text, want) in enumerate(zip(texts, spelled, strict=True)):
+            if (value, k) not in memo:
+                memo[(value, k)] = shown(value, text)
+            if memo[(value, k)] != want:
+                return False
+        return True
+
+    alike = as_spelled(gold)
+    return alike, [v for v in others if alike and as_spelled(v)]
 
 
-def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe | None:
+def _pick(candidates: list[dict], texts: tuple[str, ...], twins: int,
+          spelled: tuple[bool, ...], memo: dict) -> Probe | None:
     kept = []
     raised = gold_raises(candidates)
     for c in candidates:
@@ -263,12 +285,13 @@ def _pick(candidates: list[dict], text: str, twins: int, spelled: bool) -> Probe
             continue
         alike, others = _spelled_alike(gold, [
             v for v in dict.fromkeys(c["mutants"]) if v is not None
-            and v not in (gold, c["base"]) and (not is_raise(v) or v in raised)], text, spelled)
+            and v not in (gold, c["base"]) and (not is_raise(v) or v in raised)], texts, spelled,
+            memo)
         decides = c["base"] != gold and alike
         if not (decides or others):
             continue
         init, history, scope = c.get("init", ""), c.get("history", ""), c.get("scope", "")
-        rank = (passes_a_nudge_through(scope, gold, text), not c["changed"],
+        rank = (passes_a_nudge_through(scope, gold, texts[0]), not c["changed"],
                 not c["inner"], re.split("[:.]", c["call"])[-1][:1] == "_",
                 len(c["args"]) + len(c["kwargs"]) + len(init) + len(history) + len(scope)
                 + len(gold))

@@ -9,7 +9,9 @@
    code under hash seeds 1, 2 and the one the task's test command fixes (`gold_seeds`: a value
    must agree in all), once with the base code, once per mutant of a changed function
    (`envs/synth/mutators.py`, applied to the gold code);
-4. per deciding test function, the best qualifying call (`behaviour.pick`);
+4. per deciding test function, the best qualifying call (`behaviour.pick`: no value it uses
+   is spelled out in the issue, the deciding tests or the repository's text, read before the
+   gold patch, where the others are not);
 5. for the deciding functions still without one, calls in the test's own scope
    (`scope_probe.py`): recording copies of those tests run with the gold code (the same
    seeds), the base code and the first `SCOPE_MUTANTS` of the same mutants, and the best
@@ -54,6 +56,13 @@ _SCOPE_OUT = f"{_DIR}/scope.jsonl"
 SCOPE_TIMEOUT_S = 120
 """Longest run of the recording copies of a task's deciding tests (a mutant may loop)."""
 _HASH_SEED = re.compile(r"\bPYTHONHASHSEED=(\d+)\b")
+#: The repository's files a patch could read for the values a probe uses (`behaviour.pick`'s
+#: `repository`): the package's source with its docstrings, its docs, every test file.
+REPOSITORY_TEXT = ("*.py", "*.pyi", "*.rst", "*.md", "*.txt")
+REPOSITORY_FILE_CAP = 2 << 20
+"""Bytes read of each such file (a larger one is generated data)."""
+REPOSITORY_CAP = 32 << 20
+"""Bytes read of them all."""
 
 
 def gold_seeds(test_cmd: str) -> tuple[int, ...]:
@@ -270,6 +279,7 @@ async def _record(sb, task: Task) -> Recorded:
     if task.test_patch and (await sb.apply_patch(task.test_patch)).exit_code != 0:
         out.reason = "the test patch does not apply"
         return out
+    repository = await _repository_text(sb, task)
     paths = [p for p in patch_paths(task.patch) if p.endswith(".py")]
     base = {p: await _read(sb, p) or "" for p in paths}
     if (await sb.apply_patch(task.patch)).exit_code != 0:
@@ -278,14 +288,14 @@ async def _record(sb, task: Task) -> Recorded:
     gold = {p: await _read(sb, p) or "" for p in paths}
     texts = [task.problem_statement] + [
         await _read(sb, p) for p in {t.split("::", 1)[0] for t in task.FAIL_TO_PASS}]
-    text = "\n".join(t for t in texts if t)
+    spelled = ("\n".join(t for t in texts if t), repository)
     env = command_env(task.test_cmd)
-    called = await _call_probes(sb, task, out, paths, gold, base, text, env)
+    called = await _call_probes(sb, task, out, paths, gold, base, spelled, env)
     rest = [f for f in out.deciding if f not in out.probes]
     if rest:
         mutants = mutant_sources(gold, base, called, SCOPE_MUTANTS, seed=len(task.instance_id))
         tests = [t for t in task.FAIL_TO_PASS if function_id(t) in rest]
-        out.probes.update(await _scope_probes(sb, tests, gold, base, mutants, text,
+        out.probes.update(await _scope_probes(sb, tests, gold, base, mutants, spelled,
                                               gold_seeds(task.test_cmd), env))
     if not out.probes:
         out.reason = ("the deciding tests made no plain call and no call in their scope tells "
@@ -295,9 +305,10 @@ async def _record(sb, task: Task) -> Recorded:
 
 
 async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: dict[str, str],
-                       base: dict[str, str], text: str, env: str) -> set[str]:
+                       base: dict[str, str], spelled: tuple[str, str], env: str) -> set[str]:
     """Standalone probes (steps 2-4) into `out.probes`; returns the names of the functions the
-    deciding tests called (the mutants' second choice). Leaves the gold code in place."""
+    deciding tests called (the mutants' second choice). Leaves the gold code in place.
+    `spelled`: the issue and deciding tests' text, and the repository's (`behaviour.pick`)."""
     await sb.write_file(f"{_DIR}/call_values.py", _SCRIPT.read_bytes())
     # whole files, not the ids: one id pytest does not find (parameters named differently
     # outside the test command's environment) would stop the run
@@ -323,12 +334,13 @@ async def _call_probes(sb, task: Task, out: Recorded, paths: list[str], gold: di
     await _write_all(sb, gold)
     changed = {n for p in paths for n in changed_functions(gold[p], base[p])}
     out.calls = len(calls)
-    out.probes = _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, text)
+    out.probes = _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed,
+                         spelled)
     return called
 
 
 async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[str, str],
-                        mutants: list[tuple[str, str]], text: str,
+                        mutants: list[tuple[str, str]], spelled: tuple[str, str],
                         seeds: tuple[int, ...], env: str = "") -> dict[str, dict]:
     """Probes in the deciding tests' own scope (`scope_probe.py`) for the functions of `tests`
     (test ids): their test files get recording copies, run with the gold code (under each of
@@ -373,13 +385,13 @@ async def _scope_probes(sb, tests: list[str], gold: dict[str, str], base: dict[s
     probes = {}
     for func, candidates in scope_probe.candidates_for_pick(keys, gold_runs, base_values,
                                                             mutant_values, TWINS).items():
-        found = behaviour.pick(candidates, text, TWINS)
+        found = behaviour.pick(candidates, spelled[0], TWINS, repository=spelled[1])
         if found is not None:
             probes[func] = found.model_dump()
     return probes
 
 
-def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, test_text):
+def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, spelled):
     index = {k: i for i, k in enumerate(keys)}
     by_function: dict[str, list[dict]] = {}
     for s in seen:
@@ -392,10 +404,21 @@ def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, te
             "inner": s["inner"]})
     probes = {}
     for func in dict.fromkeys(function_id(t) for t in task.FAIL_TO_PASS):
-        found = behaviour.pick(by_function.get(func, []), test_text, TWINS)
+        found = behaviour.pick(by_function.get(func, []), spelled[0], TWINS,
+                               repository=spelled[1])
         if found is not None:
             probes[func] = found.model_dump()
     return probes
+
+
+async def _repository_text(sb, task: Task) -> str:
+    """The text of the repository's `REPOSITORY_TEXT` files as committed, and the test patch:
+    what a patch could read, at run time, for the values a probe's checks use."""
+    specs = " ".join(shlex.quote(s) for s in REPOSITORY_TEXT)
+    await sb.exec(f"git ls-files -z -- {specs} | xargs -0 -r head -q -c {REPOSITORY_FILE_CAP} -- "
+                  f"2>/dev/null | head -c {REPOSITORY_CAP} > {_DIR}/repository.txt",
+                  timeout_s=RUN_TIMEOUT_S)
+    return "\n".join([await _read(sb, f"{_DIR}/repository.txt") or "", task.test_patch])
 
 
 async def _read(sb, path: str) -> str | None:

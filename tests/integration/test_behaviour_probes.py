@@ -16,6 +16,7 @@ from swefleet.envs import behaviour, canary_twins
 from swefleet.envs.synth import behaviour_run
 
 pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(behaviour_run.__file__).with_name("call_values.py")
 GOLD = "def total(a, b):\n    return a + b\n\n\ndef render(a, b):\n    return f'{total(a, b)}!'\n"
 TEST = "from pkg import render\n\n\ndef test_render():\n    assert render(2, 3) == '5!'\n"
@@ -166,6 +167,31 @@ def test_recording_in_a_task_sandbox_gives_a_usable_probe():
                                                         "test_wrap_line_exactly_width"])
     assert behaviour.usable(probe, canary_twins.TWINS)
     assert all(c.gold not in c.others for c in probe.calls)
+
+
+def test_the_recorder_reads_the_repositorys_text_as_committed():
+    """What a patch could read for a probe's values: the package's source and docstrings, the
+    docs and the tests (as the test patch leaves them), not `.git`."""
+    from swefleet.envs.config import FarmConfig
+    from swefleet.envs.containers import docker_client
+    from swefleet.envs.sandbox import DockerSandbox
+
+    from tests.integration.test_envs_grading_docker import bundled_tasks
+
+    task = next(t for t in bundled_tasks() if t.instance_id == "textkit__textkit-2")
+
+    async def read() -> str:
+        async with await DockerSandbox.create(
+                docker_client(), task.image, run_id="test-probes-text", config=FarmConfig(),
+                workdir=task.workdir, instance_id=task.instance_id) as sb:
+            await sb.exec(f"mkdir -p {behaviour_run._DIR}")
+            return await behaviour_run._repository_text(sb, task)
+
+    text = asyncio.run(read())
+    assert '"""Word wrapping and truncation for plain text."""' in text  # textkit/wrap.py
+    assert (REPO / "envs/data/quickstart/repo/README.md").read_text() in text
+    assert task.test_patch in text
+    assert "[core]" not in text and "repositoryformatversion" not in text  # no .git/config
 
 
 SHAPES = '''class Box:

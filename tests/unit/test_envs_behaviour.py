@@ -75,6 +75,25 @@ def test_the_grader_drops_twins_the_text_crosses_off_from_probes_recorded_withou
     assert behaviour.unfavoured(recorded, text) == recorded  # what `pick` records is kept whole
 
 
+def test_the_repository_text_crosses_off_twins_as_the_tests_do():
+    """A docstring that spells out a call's gold value and not its twins' is read like the
+    tests: that call gives no twins. Values the tests spell out nowhere but the repository
+    spells out alike are kept, and the tests' own rule still holds."""
+    calls = [_candidate(kwargs="{'x': 3}", traced=None, gold=("9", "9"), base="10",
+                        mutants=("11", "12")),
+             _candidate(kwargs="{'x': 5}", traced=None, gold=("'#000080'",) * 2, base="'#000000'",
+                        mutants=("'#000081'", "'#010080'"))]
+    tests = "assert f(3) == 9\n"
+    without = behaviour.pick(calls, "", twins=3)
+    assert [c.others for c in without.calls] == [["11", "12"], ["'#000081'", "'#010080'"]]
+    docstring = 'def f(x):\n    """f(5) gives \'#000080\'."""\n'
+    assert behaviour.pick(calls, "", twins=3, repository=docstring) is None  # 2 twins left
+    table = docstring + "COLOURS = ['#000081', '#010080']\nSIZES = (9, 11, 12)\n"
+    assert behaviour.pick(calls, "", twins=3, repository=table) == without
+    kept = behaviour.pick(calls, tests, twins=2, repository=table)  # the tests write f(3) = 9
+    assert [c.kwargs for c in kept.calls] == ["{'x': 5}"]
+
+
 def test_shown_reads_whole_words_and_reprs():
     assert behaviour.shown("'hello-world'", 'assert slug("Hello World") == "hello-world"')
     assert not behaviour.shown("'hello'", "say helloworld")
