@@ -1,6 +1,6 @@
 """How far the text rule's reach matters: the recorded probes a wider text would change.
 
-    python benchmarks/text_rule_reach.py --tasks envs/data/pypi/tasks.jsonl
+    python benchmarks/text_rule_reach.py --tasks envs/data/pypi/tasks.jsonl [--changed IDS]
 
 The grader crosses off a twin whose call's gold value the issue or the deciding tests' files
 spell out and the twin's value not (`envs/behaviour.py::unfavoured`); the recorder also reads
@@ -76,7 +76,11 @@ def reach(task: Task, repo_text: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tasks", required=True, help="a task file (jsonl)")
+    p.add_argument("--changed", type=Path,
+                   help="write the ids of the tasks whose probes would change here, one a line "
+                        "(to record them again: `swefleet tasks probes --instance-ids ...`)")
     args = p.parse_args(argv)
+    changed: list[str] = []
     tasks = [t for t in load_tasks(args.tasks) if probes_of(t)]
     by_package: dict[tuple[str, str], list[Task]] = defaultdict(list)
     for t in tasks:
@@ -87,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare_task_images(group[:1], args.tasks)
         text = repository_text(group[0])
         found = [reach(t, text) for t in group]
+        changed += [t.instance_id for t, f in zip(group, found, strict=True) if f["changed"]]
         row = {"tasks_changed": sum(bool(f["changed"]) for f in found),
                "probes_changed": sum(f["changed"] for f in found),
                "probes_left_unusable": sum(f["unusable"] for f in found),
@@ -95,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             totals[key] += n
         print(f"{repo} {version}: {len(group)} probed, {len(text) / 1e6:.1f} MB of text; "
               + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    if args.changed:
+        args.changed.write_text("".join(f"{i}\n" for i in changed))
     print(json.dumps(totals))
     return 0
 
