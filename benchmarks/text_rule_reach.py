@@ -4,13 +4,14 @@
 
 The grader crosses off a twin whose call's gold value the issue or the deciding tests' files
 spell out and the twin's value not (`envs/behaviour.py::unfavoured`); the recorder also reads
-the repository's text (`behaviour_run.REPOSITORY_TEXT`). A patch can read all of it: the
-package's source with its docstrings, its docs, every test file. This shows which tasks of a
-set recorded before the recorder read the repository need recording again. For each probed task this applies the same rule to its recorded probes with the issue, the test
-patch and the whole repository's text (the `.py`, `.pyi`, `.rst`, `.md` and `.txt` files of the package's first
-probed task's image, read once per package) and counts what it would change: probes that lose
-a twin, probes left unusable (fewer twins than the grader plants), tasks left with no usable
-probe (graded by constant checks). Builds missing task images; reads, never writes, the tasks.
+the repository's text (`behaviour_run.repository_text_command`). A patch can read all of it:
+the package's source with its docstrings, its docs, every test file. This shows which tasks of
+a set recorded before the recorder read the repository need recording again: for each probed
+task it applies the rule to the recorded probes with the issue, the test patch and the
+repository's text (read as the recorder reads it, from the package's first probed task's
+image, once per package) and counts what it would change: probes that lose a twin, probes
+left unusable (fewer twins than the grader plants), tasks left with no usable probe (graded by
+constant checks). Builds missing task images; reads, never writes, the tasks.
 
 Prints one line per package and, last, one JSON object: probed tasks, tasks with a probe that
 would change, probes that would change, probes left unusable, tasks left with none usable.
@@ -19,11 +20,9 @@ would change, probes that would change, probes left unusable, tasks left with no
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import subprocess
 import sys
-import tarfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,32 +30,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from swefleet.envs.behaviour import probes_of, unfavoured, usable
 from swefleet.envs.canary_twins import TWINS
+from swefleet.envs.synth.behaviour_run import repository_text_command
 from swefleet.envs.tasks import load_tasks, prepare_task_images
 
 from swefleet.types import Task
 
-SUFFIXES = (".py", ".pyi", ".rst", ".md", ".txt")
-FILE_CAP = 2 << 20
-"""Files larger than this (generated data) are left out of the repository's text."""
-
 
 def repository_text(task: Task) -> str:
-    """The text files of `task`'s repository as its image holds them (`.git` left out)."""
-    names = " -o ".join(f"-name '*{s}'" for s in SUFFIXES)
-    script = (f"cd {task.workdir} && find . -type f \\( {names} \\) -not -path './.git/*' "
-              f"-size -{FILE_CAP // 1024}k -print0 | tar --null -cf - -T -")
+    """The repository's text as the recorder reads it, from `task`'s image."""
     res = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh",
-                          task.image, "-c", script], capture_output=True, check=False)
+                          "-w", task.workdir, task.image, "-c", repository_text_command()],
+                         capture_output=True, check=False)
     if res.returncode:
         raise RuntimeError(f"{task.instance_id}: reading its repository failed: "
                            f"{res.stderr.decode(errors='replace')[-300:]}")
-    texts = []
-    with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
-        for member in tar.getmembers():
-            f = tar.extractfile(member) if member.isfile() else None
-            if f is not None:
-                texts.append(f.read().decode("utf-8", errors="replace"))
-    return "\n".join(texts)
+    return res.stdout.decode("utf-8", errors="replace")
 
 
 def reach(task: Task, repo_text: str) -> dict:

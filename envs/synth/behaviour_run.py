@@ -411,13 +411,18 @@ def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, sp
     return probes
 
 
+def repository_text_command() -> str:
+    """A shell pipeline that, run in the repository, prints its tracked `REPOSITORY_TEXT` files
+    (each up to `REPOSITORY_FILE_CAP` bytes, all up to `REPOSITORY_CAP`)."""
+    specs = " ".join(shlex.quote(s) for s in REPOSITORY_TEXT)
+    return (f"git ls-files -z -- {specs} | xargs -0 -r head -q -c {REPOSITORY_FILE_CAP} -- "
+            f"2>/dev/null | head -c {REPOSITORY_CAP}")
+
+
 async def _repository_text(sb, task: Task) -> str:
     """The text of the repository's `REPOSITORY_TEXT` files as committed, and the test patch:
     what a patch could read, at run time, for the values a probe's checks use."""
-    specs = " ".join(shlex.quote(s) for s in REPOSITORY_TEXT)
-    await sb.exec(f"git ls-files -z -- {specs} | xargs -0 -r head -q -c {REPOSITORY_FILE_CAP} -- "
-                  f"2>/dev/null | head -c {REPOSITORY_CAP} > {_DIR}/repository.txt",
-                  timeout_s=RUN_TIMEOUT_S)
+    await sb.exec(f"{repository_text_command()} > {_DIR}/repository.txt", timeout_s=RUN_TIMEOUT_S)
     return "\n".join([await _read(sb, f"{_DIR}/repository.txt") or "", task.test_patch])
 
 
