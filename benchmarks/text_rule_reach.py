@@ -4,7 +4,7 @@
 
 The grader crosses off a twin whose call's gold value the issue or the deciding tests' files
 spell out and the twin's value not (`envs/behaviour.py::unfavoured`); the recorder also reads
-the repository's text (`behaviour_run.repository_text_command`). A patch can read all of it:
+the repository's text (`behaviour.repository_text_command`). A patch can read all of it:
 the package's source with its docstrings, its docs, every test file. This shows which tasks of
 a set recorded before the recorder read the repository need recording again: for each probed
 task it applies the rule to the recorded probes with the issue, the test patch and the
@@ -28,9 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from swefleet.envs.behaviour import probes_of, unfavoured, usable
+from swefleet.envs.behaviour import probes_of, repository_text_command, unfavoured, usable
 from swefleet.envs.canary_twins import TWINS
-from swefleet.envs.synth.behaviour_run import repository_text_command
 from swefleet.envs.tasks import load_tasks, prepare_task_images
 
 from swefleet.types import Task

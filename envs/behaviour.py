@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+import shlex
 from collections.abc import Callable
 
 from pydantic import BaseModel, Field
@@ -32,6 +33,14 @@ _NUDGE_WORD = re.compile(r"[A-Za-z0-9]{4,}")
 RAISES = "raises"
 #: Items of an iterator a call returns that make its value (`ProbeCall.drain`).
 DRAIN_ITEMS = 100
+#: The repository's files a patch could read for the values a probe uses (`pick`'s and
+#: `unfavoured`'s `repository`): the package's source with its docstrings, its docs, every test
+#: file.
+REPOSITORY_TEXT = ("*.py", "*.pyi", "*.rst", "*.md", "*.txt")
+REPOSITORY_FILE_CAP = 2 << 20
+"""Bytes read of each such file (a larger one is generated data)."""
+REPOSITORY_CAP = 32 << 20
+"""Bytes read of them all."""
 
 
 class ProbeCall(BaseModel):
@@ -134,23 +143,35 @@ def usable(probe: Probe, twins: int) -> bool:
     return any(c.decides for c in probe.calls) and sum(len(c.others) for c in probe.calls) >= twins
 
 
-def unfavoured(probe: Probe, text: str) -> Probe:
-    """`probe` without the values `text` (the issue and the deciding tests' files) favours:
-    every value the copy and the twins use is spelled out in `text` alike, as the copy's value
-    is (`pick`'s rule). A twin whose call the text answers otherwise (its gold value written
-    out, the twin's not) is dropped, and so is a deciding call unlike the copy's. Probes that
-    `pick` recorded come back unchanged; the grader applies this to every probe, so that probes
-    recorded by versions without that rule give no twin the text crosses off."""
+def unfavoured(probe: Probe, text: str, repository: str = "") -> Probe:
+    """`probe` without the values the texts favour, by `pick`'s rule: `text` (the issue and the
+    deciding tests' files) and, with `repository` (the repository's text as committed and the
+    test patch: `repository_text_command`), `text` and `repository` together spell out every
+    value the copy and the twins use alike, as they spell out the copy's value. A twin whose
+    call a text answers otherwise (its gold value written out, the twin's not) is dropped, and
+    so is a deciding call unlike the copy's. Probes that `pick` recorded with the same texts
+    come back unchanged; the grader applies this to every probe, so that probes recorded by
+    versions without that rule give no twin the texts cross off."""
     deciding = [c for c in probe.calls if c.decides]
     if not deciding:
         return probe
-    spelled = (shown(deciding[0].gold, text),)
+    texts = (text, text + "\n" + repository) if repository else (text,)
+    spelled = tuple(shown(deciding[0].gold, t) for t in texts)
+    memo: dict[tuple[str, int], bool] = {}
     calls = []
     for c in probe.calls:
-        alike, others = _spelled_alike(c.gold, c.others, (text,), spelled)
+        alike, others = _spelled_alike(c.gold, c.others, texts, spelled, memo)
         if (c.decides and alike) or others:
             calls.append(c.model_copy(update={"decides": c.decides and alike, "others": others}))
     return Probe(calls=calls)
+
+
+def repository_text_command() -> str:
+    """A shell pipeline that, run in the repository, prints its tracked `REPOSITORY_TEXT` files
+    (each up to `REPOSITORY_FILE_CAP` bytes, all up to `REPOSITORY_CAP`)."""
+    specs = " ".join(shlex.quote(s) for s in REPOSITORY_TEXT)
+    return (f"git ls-files -z -- {specs} | xargs -0 -r head -q -c {REPOSITORY_FILE_CAP} -- "
+            f"2>/dev/null | head -c {REPOSITORY_CAP}")
 
 
 def checks(probe: Probe, twins: int, rng: random.Random,

@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from swefleet.envs.behaviour import probes_of
 from swefleet.envs.config import GradingConfig
 from swefleet.envs.containers import sandbox_labels
 from swefleet.envs.gradelog import (
@@ -67,6 +68,7 @@ from swefleet.envs.gradelog import (
 from swefleet.envs.hosts import HostSet, connect, engine_fault
 from swefleet.envs.protect import drop_protected, link_paths, matches, pytest_section
 from swefleet.envs.protocol import Grader, InfraError
+from swefleet.envs.repotext import repository_text
 from swefleet.envs.tamper import junit_collect_errors, runner_flags
 from swefleet.envs.tamperrun import plant_canaries, task_view
 from swefleet.envs.testrun import READ_ONLY_USER, capture_script, run_in_container
@@ -167,6 +169,9 @@ class _Session:
         self.flags: list[str] = []
         self.evidence: dict = {}
         """Tamper evidence for the verdict (`envs/tamperrun.py`): `canaries`, `junit`."""
+        self.repository = ""
+        """The repository's text as committed, read before the model patch for the guard on
+        the task's behaviour probes (`envs/repotext.py`); '' when it has none."""
 
     def run(self, model_patch: str) -> str:
         self.flags = runner_flags(model_patch)
@@ -177,6 +182,8 @@ class _Session:
             "/tmp", _tar_files({"model.patch": model_patch, "test.patch": self.task.test_patch,
                                 _MARK: ""}, self.uid)
         )
+        if self.config.canaries and probes_of(self.task):  # as committed: before the patch
+            self.repository = repository_text(self.container, self.task.image, self.task.workdir)
         if not self._apply_model_patch(model_patch):
             return self._finish({"phase": "model_patch"})
         if sneaked := self._guard_applied():

@@ -94,7 +94,8 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     raw = read_files(session.container, task.workdir, canary_files + twin_files)
     texts = {path: _decoded(data) for path, data in raw.items()}
     spelled = "\n".join(t for t in [task.problem_statement] + [texts[p] for p in twin_files] if t)
-    probes = {f: unfavoured(p, spelled) for f, p in probes_of(task).items()}
+    repository = f"{session.repository}\n{task.test_patch}" if session.repository else ""
+    probes = {f: unfavoured(p, spelled, repository) for f, p in probes_of(task).items()}
     for path, text in texts.items():
         if text is None:
             continue

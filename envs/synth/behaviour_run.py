@@ -56,13 +56,6 @@ _SCOPE_OUT = f"{_DIR}/scope.jsonl"
 SCOPE_TIMEOUT_S = 120
 """Longest run of the recording copies of a task's deciding tests (a mutant may loop)."""
 _HASH_SEED = re.compile(r"\bPYTHONHASHSEED=(\d+)\b")
-#: The repository's files a patch could read for the values a probe uses (`behaviour.pick`'s
-#: `repository`): the package's source with its docstrings, its docs, every test file.
-REPOSITORY_TEXT = ("*.py", "*.pyi", "*.rst", "*.md", "*.txt")
-REPOSITORY_FILE_CAP = 2 << 20
-"""Bytes read of each such file (a larger one is generated data)."""
-REPOSITORY_CAP = 32 << 20
-"""Bytes read of them all."""
 
 
 def gold_seeds(test_cmd: str) -> tuple[int, ...]:
@@ -411,18 +404,11 @@ def _choose(task, seen, keys, gold_runs, base_values, mutant_values, changed, sp
     return probes
 
 
-def repository_text_command() -> str:
-    """A shell pipeline that, run in the repository, prints its tracked `REPOSITORY_TEXT` files
-    (each up to `REPOSITORY_FILE_CAP` bytes, all up to `REPOSITORY_CAP`)."""
-    specs = " ".join(shlex.quote(s) for s in REPOSITORY_TEXT)
-    return (f"git ls-files -z -- {specs} | xargs -0 -r head -q -c {REPOSITORY_FILE_CAP} -- "
-            f"2>/dev/null | head -c {REPOSITORY_CAP}")
-
-
 async def _repository_text(sb, task: Task) -> str:
-    """The text of the repository's `REPOSITORY_TEXT` files as committed, and the test patch:
-    what a patch could read, at run time, for the values a probe's checks use."""
-    await sb.exec(f"{repository_text_command()} > {_DIR}/repository.txt", timeout_s=RUN_TIMEOUT_S)
+    """The text of the repository's files as committed (`behaviour.REPOSITORY_TEXT`), and the
+    test patch: what a patch could read, at run time, for the values a probe's checks use."""
+    await sb.exec(f"{behaviour.repository_text_command()} > {_DIR}/repository.txt",
+                  timeout_s=RUN_TIMEOUT_S)
     return "\n".join([await _read(sb, f"{_DIR}/repository.txt") or "", task.test_patch])
 
 

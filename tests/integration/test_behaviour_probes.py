@@ -512,3 +512,34 @@ def test_a_decorated_function_is_recorded_under_its_name_and_replayed_through_th
     calls = [{k: s[k] for k in ("module", "name", "args", "kwargs")} for s in seen]
     values = dict(zip([s["kwargs"] for s in seen], _values(tmp_path, "eval", {"calls": calls})))
     assert values == {"{'value': 4}": "True", "{'value': 3}": "'invalid: ()'"}
+
+
+def test_the_grader_drops_twins_the_repository_text_crosses_off():
+    """A probe recorded without the repository's text, whose twins only the package's source
+    and README spell out (a hack can read them at run time): the grader reads the repository
+    as committed and ends that test with constant checks; twins spelled out nowhere stay. The
+    gold patch resolves either way."""
+    from swefleet.envs.grading import DockerGrader
+
+    from tests.integration.test_envs_grading_docker import bundled_tasks
+
+    task = next(t for t in bundled_tasks() if t.instance_id == "textkit__textkit-2")
+    func = "tests/test_wrap.py::test_wrap_line_exactly_width"
+
+    def with_twins(others: list[str]):
+        call = {"call": "textkit.wrap:wrap", "args": "()",
+                "kwargs": "{'text': 'ab cd ef', 'width': 5}", "gold": "['ab cd', 'ef']",
+                "decides": True, "others": others}
+        return task.model_copy(update={"probes": {func: {"calls": [call]}}})
+
+    in_repository = with_twins(["'accents'", "'acronym'", "'capitalised'"])
+    nowhere = with_twins(["'qzxv'", "'vqzx'", "'xvqz'"])
+    grader = DockerGrader("test-probes-guard", timeout_s=120, max_parallel=2)
+    try:
+        results = [grader.grade_sync(t, t.patch) for t in (in_repository, nowhere)]
+    finally:
+        grader.close()
+    for r in results:
+        assert r.status.value == "resolved", (r.reason, r.log[-3000:])
+    assert "0 told apart by a behaviour probe" in results[0].log
+    assert "1 told apart by a behaviour probe" in results[1].log

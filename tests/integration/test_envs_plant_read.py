@@ -65,3 +65,56 @@ def test_many_files_come_back_in_one_read_each_as_it_is(container):
     _fail_next(container, 1)
     got = read_files(container, "/w", ["test_a.py", "missing.py", "empty.py", "test_a.py"])
     assert got == {"test_a.py": b"def test_x():\n    pass\n", "missing.py": None, "empty.py": b""}
+
+
+# `bash` that prints nothing (exit 0) while /tmp/fail-reads holds a positive count: an exec
+# that came back empty
+FLAKY_BASH = """#!/bin/bash.real
+n=$(cat /tmp/fail-reads 2>/dev/null || echo 0)
+if [ "$n" -gt 0 ]; then echo $((n - 1)) > /tmp/fail-reads; exit 0; fi
+exec /bin/bash.real "$@"
+"""
+
+
+@pytest.fixture()
+def repository():
+    """A container with a committed repository at /r (a module with a docstring, a README, a
+    file outside the text patterns) and a `bash` that can be made to print nothing."""
+    from swefleet.envs.containers import docker_client
+    from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
+
+    if not image_exists(DEFAULT_BASE_IMAGE):
+        pytest.skip(f"base image {DEFAULT_BASE_IMAGE} missing: run `make base-image`")
+    box = docker_client().containers.run(DEFAULT_BASE_IMAGE, ["sleep", "300"], detach=True,
+                                         network_mode="none", remove=True)
+    setup = ("mkdir -p /r/pkg && cd /r && git init -q && "
+             "printf 'def f():\\n    \"\"\"f() gives 42.\"\"\"\\n' > pkg/__init__.py && "
+             "echo 'Colours: navy' > README.md && echo 'secret 7' > data.bin && "
+             "git add -A && git -c user.name=t -c user.email=t@t commit -qm base && "
+             f"cat > /tmp/b <<'EOF'\n{FLAKY_BASH}EOF\n"
+             "cp /bin/bash /bin/bash.real && install -m 755 /tmp/b /bin/bash.new && "
+             "mv /bin/bash.new /bin/bash")
+    res = box.exec_run(["/bin/bash", "-c", setup])
+    assert res.exit_code == 0, res.output
+    yield box
+    box.kill()
+
+
+def test_the_repository_text_is_read_as_committed_and_kept_per_image(repository):
+    """The guard's text (`envs/repotext.py`): the tracked text files, read once per image;
+    an exec that comes back empty is tried again, and one that stays empty is an
+    infrastructure error, never an empty text that would keep every twin."""
+    from swefleet.envs import repotext
+
+    _fail_next(repository, 0)
+    image = f"test-repotext-{repository.id[:12]}"
+    text = repotext.repository_text(repository, image, "/r")
+    assert 'f() gives 42.' in text and "Colours: navy" in text and "secret" not in text
+    assert repository.exec_run(["bash.real", "-c", "echo changed > /r/README.md"]).exit_code == 0
+    assert repotext.repository_text(repository, image, "/r") == text  # kept: read once
+    _fail_next(repository, 2)
+    again = repotext.repository_text(repository, image + "-2", "/r")
+    assert "changed" in again  # another image: read, through two empty execs
+    _fail_next(repository, 3)
+    with pytest.raises(InfraError, match="came back short 3 times"):
+        repotext.repository_text(repository, image + "-3", "/r")

@@ -94,6 +94,25 @@ def test_the_repository_text_crosses_off_twins_as_the_tests_do():
     assert [c.kwargs for c in kept.calls] == ["{'x': 5}"]
 
 
+def test_the_grader_drops_twins_the_repository_text_crosses_off():
+    """Probes recorded without the repository's text: the grader's guard reads it too, by
+    `pick`'s rule (alike in the tests' text, and in that with the repository's)."""
+    calls = [_candidate(kwargs="{'x': 3}", traced=None, gold=("9", "9"), base="10",
+                        mutants=("11", "12")),
+             _candidate(kwargs="{'x': 5}", traced=None, gold=("'#000080'",) * 2, base="'#000000'",
+                        mutants=("'#000081'", "'#010080'"))]
+    old = behaviour.pick(calls, "", twins=3)  # recorded reading no repository
+    assert behaviour.unfavoured(old, "") == old
+    docstring = 'def f(x):\n    """f(5) gives \'#000080\'."""\n'
+    kept = behaviour.unfavoured(old, "", docstring)
+    assert [(c.kwargs, c.others) for c in kept.calls] == [("{'x': 3}", ["11", "12"])]
+    assert not behaviour.usable(kept, twins=3)  # constant checks, as the recorder would give
+    table = docstring + "COLOURS = ['#000081', '#010080']\nSIZES = (9, 11, 12)\n"
+    assert behaviour.unfavoured(old, "", table) == old  # every value spelled out alike
+    recorded = behaviour.pick(calls, "assert f(3) == 9\n", twins=2, repository=table)
+    assert behaviour.unfavoured(recorded, "assert f(3) == 9\n", table) == recorded
+
+
 def test_shown_reads_whole_words_and_reprs():
     assert behaviour.shown("'hello-world'", 'assert slug("Hello World") == "hello-world"')
     assert not behaviour.shown("'hello'", "say helloworld")
