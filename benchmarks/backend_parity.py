@@ -115,10 +115,14 @@ def _today() -> str:
 def _commit() -> str:
     """The checkout's commit (short), `+changes` when its tracked files differ from it."""
     root = Path(__file__).resolve().parents[1]
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=root,
-                          capture_output=True, text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":!benchmarks/results"],
-                           check=False, cwd=root).returncode
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=root,
+                              capture_output=True, text=True).stdout.strip() or "unknown"
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".",
+                                ":!benchmarks/results"], check=False, cwd=root,
+                               capture_output=True).returncode
+    except FileNotFoundError:  # no git on this machine (a GPU node given a copy of the tree)
+        return "unknown"
     return head + ("+changes" if dirty else "")
 
 
