@@ -17,8 +17,8 @@ exec /usr/bin/head.real "$@"
 """
 
 
-@pytest.fixture(scope="module")
-def container():
+def _box(setup: str):
+    """A base-image container (no network) after `setup` (a bash script) ran in it."""
     from swefleet.envs.containers import docker_client
     from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
 
@@ -26,12 +26,20 @@ def container():
         pytest.skip(f"base image {DEFAULT_BASE_IMAGE} missing: run `make base-image`")
     box = docker_client().containers.run(DEFAULT_BASE_IMAGE, ["sleep", "300"], detach=True,
                                          network_mode="none", remove=True)
+    res = box.exec_run(["/bin/bash", "-c", setup])
+    if res.exit_code != 0:
+        box.kill()
+        raise AssertionError(res.output)
+    return box
+
+
+@pytest.fixture(scope="module")
+def container():
     setup = ("mv /usr/bin/head /usr/bin/head.real && cat > /usr/bin/head && "
              "chmod +x /usr/bin/head && mkdir -p /w && printf 'def test_x():\\n    pass\\n' "
              "> /w/test_a.py && : > /w/empty.py")
-    res = box.exec_run(["bash", "-c", f"cat > /tmp/h <<'EOF'\n{FLAKY_HEAD}EOF\n"
-                        + setup.replace("cat > /usr/bin/head", "cp /tmp/h /usr/bin/head")])
-    assert res.exit_code == 0, res.output
+    box = _box(f"cat > /tmp/h <<'EOF'\n{FLAKY_HEAD}EOF\n"
+               + setup.replace("cat > /usr/bin/head", "cp /tmp/h /usr/bin/head"))
     yield box
     box.kill()
 
@@ -80,13 +88,6 @@ exec /bin/bash.real "$@"
 def repository():
     """A container with a committed repository at /r (a module with a docstring, a README, a
     file outside the text patterns) and a `bash` that can be made to print nothing."""
-    from swefleet.envs.containers import docker_client
-    from swefleet.envs.images import DEFAULT_BASE_IMAGE, image_exists
-
-    if not image_exists(DEFAULT_BASE_IMAGE):
-        pytest.skip(f"base image {DEFAULT_BASE_IMAGE} missing: run `make base-image`")
-    box = docker_client().containers.run(DEFAULT_BASE_IMAGE, ["sleep", "300"], detach=True,
-                                         network_mode="none", remove=True)
     setup = ("mkdir -p /r/pkg && cd /r && git init -q && "
              "printf 'def f():\\n    \"\"\"f() gives 42.\"\"\"\\n' > pkg/__init__.py && "
              "echo 'Colours: navy' > README.md && echo 'secret 7' > data.bin && "
@@ -94,8 +95,7 @@ def repository():
              f"cat > /tmp/b <<'EOF'\n{FLAKY_BASH}EOF\n"
              "cp /bin/bash /bin/bash.real && install -m 755 /tmp/b /bin/bash.new && "
              "mv /bin/bash.new /bin/bash")
-    res = box.exec_run(["/bin/bash", "-c", setup])
-    assert res.exit_code == 0, res.output
+    box = _box(setup)
     yield box
     box.kill()
 
