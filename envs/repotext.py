@@ -4,8 +4,8 @@ A patch can read every file of the repository at run time, so the grader drops a
 that the repository's text crosses off (`behaviour.unfavoured`), as the recorder does. The text
 is read in the grading sandbox before the model patch is applied (then the working tree is the
 image's, as committed), with the recorder's own command (`behaviour.repository_text_command`),
-and kept per image and working directory: a task's image is built from hashed inputs, so the
-same name holds the same files.
+and kept per image (the container's image id where the engine gives one, else the image's name:
+a task image's name hashes its inputs) and working directory.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections import OrderedDict
 from swefleet.envs.behaviour import repository_text_command
 from swefleet.envs.protocol import InfraError
 
-#: Repository texts kept (most recently used first out last); each is at most 32 MiB, most
+#: Repository texts kept (the least recently used goes first); each is at most 32 MiB, most
 #: under 2 MiB.
 KEPT = 16
 _kept: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -29,7 +29,7 @@ def repository_text(container, image: str, workdir: str, attempts: int = 3) -> s
     not yet applied), from the cache when `image` was read before. A read that comes back
     without its end marker (a fresh random token) or with a non-zero exit is tried again, then
     raises `InfraError`: a guard that read nothing would keep the twins the text crosses off."""
-    key = (image, workdir)
+    key = ((getattr(container, "attrs", None) or {}).get("Image") or image, workdir)
     with _lock:
         if key in _kept:
             _kept.move_to_end(key)

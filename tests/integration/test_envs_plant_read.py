@@ -92,6 +92,7 @@ def repository():
              "printf 'def f():\\n    \"\"\"f() gives 42.\"\"\"\\n' > pkg/__init__.py && "
              "echo 'Colours: navy' > README.md && echo 'secret 7' > data.bin && "
              "git add -A && git -c user.name=t -c user.email=t@t commit -qm base && "
+             "git clone -q /r /r2 && "
              f"cat > /tmp/b <<'EOF'\n{FLAKY_BASH}EOF\n"
              "cp /bin/bash /bin/bash.real && install -m 755 /tmp/b /bin/bash.new && "
              "mv /bin/bash.new /bin/bash")
@@ -101,20 +102,19 @@ def repository():
 
 
 def test_the_repository_text_is_read_as_committed_and_kept_per_image(repository):
-    """The guard's text (`envs/repotext.py`): the tracked text files, read once per image;
-    an exec that comes back empty is tried again, and one that stays empty is an
-    infrastructure error, never an empty text that would keep every twin."""
+    """The guard's text (`envs/repotext.py`): the tracked text files, read once per image (its
+    id, whatever name it is given) and working directory; an exec that comes back empty is
+    tried again, and one that stays empty is an infrastructure error, never an empty text that
+    would keep every twin."""
     from swefleet.envs import repotext
 
     _fail_next(repository, 0)
-    image = f"test-repotext-{repository.id[:12]}"
-    text = repotext.repository_text(repository, image, "/r")
+    text = repotext.repository_text(repository, "test-repotext-a", "/r")
     assert 'f() gives 42.' in text and "Colours: navy" in text and "secret" not in text
     assert repository.exec_run(["bash.real", "-c", "echo changed > /r/README.md"]).exit_code == 0
-    assert repotext.repository_text(repository, image, "/r") == text  # kept: read once
+    assert repotext.repository_text(repository, "test-repotext-b", "/r") == text  # read once
     _fail_next(repository, 2)
-    again = repotext.repository_text(repository, image + "-2", "/r")
-    assert "changed" in again  # another image: read, through two empty execs
+    assert repotext.repository_text(repository, "test-repotext-a", "/r2") == text  # a clone
     _fail_next(repository, 3)
     with pytest.raises(InfraError, match="came back short 3 times"):
-        repotext.repository_text(repository, image + "-3", "/r")
+        repotext.repository_text(repository, "test-repotext-a", "/r3")
