@@ -212,7 +212,7 @@ def shown(value: str, text: str) -> bool:
     except (ValueError, SyntaxError):
         literal = None
     forms = [value] + ([literal] if isinstance(literal, str) else [])
-    return any(re.search(_whole(form), text) for form in forms if form)
+    return any(form in text and re.search(_whole(form), text) for form in forms if form)
 
 
 def passes_a_nudge_through(expr: str, value: str, text: str) -> bool:
