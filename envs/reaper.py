@@ -103,16 +103,38 @@ def remove_run_containers(run_id: str, client: Any | None = None) -> int:
     return removed
 
 
+def _existing(client: Any, ids: list[str]) -> list[str]:
+    """The listed ids the engine can still find. An engine restarted after a crash can list a
+    container that it already removed (its listing and its store disagree, until its next
+    restart): `inspect` and `rm` answer "No such container"; nothing of it is left to remove."""
+    import docker.errors
+
+    found = []
+    for cid in ids:
+        try:
+            client.api.inspect_container(cid)
+        except docker.errors.NotFound:
+            log.info("%s is listed but the engine has no such container (a stale listing)",
+                     cid[:12])
+            continue
+        found.append(cid)
+    return found
+
+
+def _listed(client: Any, run_id: str | None) -> list[str]:
+    return _existing(client, [rec["Id"] for rec in c.list_sandboxes(client, run_id)])
+
+
 def _remove_until_none_listed(client: Any, run_id: str, timeout_s: float = 60.0) -> int:
     """Remove the run's containers, then list again until none is left: an engine restarted
     after a crash can still hold a container mid-removal, or one whose process outlived the
     old daemon and exits (auto-removed) later. Logs what is still there after `timeout_s`."""
     removed = 0
     deadline = time.monotonic() + timeout_s
-    ids = [rec["Id"] for rec in c.list_sandboxes(client, run_id)]
+    ids = _listed(client, run_id)
     while ids:
         removed += len(_remove_all(client, ids))
-        ids = [rec["Id"] for rec in c.list_sandboxes(client, run_id)]
+        ids = _listed(client, run_id)
         if ids and time.monotonic() > deadline:
             log.warning("%d container(s) of %s still listed after %.0fs: %s", len(ids), run_id,
                         timeout_s, ", ".join(i[:12] for i in ids))
@@ -168,5 +190,6 @@ def clean_everywhere(run_id: str | None = None, everything: bool = False) -> tup
 
 
 def leftover_containers(client: Any, run_id: str | None = None) -> list[str]:
-    """Ids of swefleet containers (of `run_id`, or all) that still exist."""
-    return [rec["Id"] for rec in c.list_sandboxes(client, run_id)]
+    """Ids of swefleet containers (of `run_id`, or all) that still exist (listed, and found by
+    the engine: `_existing`)."""
+    return _listed(client, run_id)

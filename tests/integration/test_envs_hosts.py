@@ -145,13 +145,17 @@ async def test_episodes_land_on_both_engines_and_resolve(second_engine, gradable
     hosts.close()
 
 
-def _gone_within(leftovers, timeout_s: float) -> list[str]:
+def _gone_within(leftovers, timeout_s: float, engine_log: Path) -> list[str]:
     """True once `leftovers()` is empty; the restarted engine removes its auto-remove
-    containers (grading runs) itself, moments after it answers. Fails with what is left."""
+    containers (grading runs) itself, moments after it answers. Fails with what is left and
+    what the engine's log says of it."""
     deadline = time.monotonic() + timeout_s
     while (left := leftovers()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert left == [], f"left behind after {timeout_s}s: {left}"
+    said = [line for line in engine_log.read_text(errors="replace").splitlines()
+            if any(cid[:12] in line for cid in left)]
+    assert left == [], f"left behind after {timeout_s}s: {left}; the engine's log:\n" + \
+        "\n".join(said[-20:])
     return True
 
 
@@ -195,7 +199,9 @@ async def test_killed_engine_is_drained_and_its_episodes_end_infra_error(
     second = HostSet.from_config(config).hosts[1]
     try:
         # (on a loaded 2-core box the restarted engine has once taken over 80 s to drop a
-        # container the killed one left: `swefleet clean` waits 60 s, then this)
-        assert _gone_within(lambda: reaper.leftover_containers(second.client(), run_id), 90.0)
+        # container the killed one left: `swefleet clean` waits 60 s, then this; one that the
+        # engine lists but cannot find is no container: `reaper.leftover_containers`)
+        assert _gone_within(lambda: reaper.leftover_containers(second.client(), run_id), 90.0,
+                            root / "dockerd.log")
     finally:
         second.close()
