@@ -28,6 +28,8 @@ from swefleet.envs.hosts import (
 )
 from swefleet.envs.protocol import InfraError
 
+from tests.unix_http import UnixHTTPServer, serving
+
 pytestmark = pytest.mark.unit
 
 
@@ -52,23 +54,11 @@ class _Engine(BaseHTTPRequestHandler):
         pass
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):
-        sock, _ = super().get_request()
-        return sock, ("engine", 0)  # http.server wants a (host, port) client address
-
-
 @pytest.fixture
 def engine(tmp_path):
     """unix:// URL of a server that answers like a healthy engine."""
-    path = tmp_path / "docker.sock"
-    server = _UnixServer(str(path), _Engine)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"unix://{path}"
-    server.shutdown()
-    server.server_close()
+    with serving(tmp_path / "docker.sock", _Engine) as url:
+        yield url
 
 
 def _self_signed(tmp_path, name: str) -> tuple[str, str]:
@@ -195,8 +185,8 @@ class _ClosingEngine(_Engine):
     protocol_version = "HTTP/1.0"
 
 
-def _serve(path) -> _UnixServer:
-    server = _UnixServer(str(path), _ClosingEngine)
+def _serve(path) -> UnixHTTPServer:
+    server = UnixHTTPServer(str(path), _ClosingEngine)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 

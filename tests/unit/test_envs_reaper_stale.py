@@ -6,14 +6,14 @@ docker-py's."""
 from __future__ import annotations
 
 import json
-import socketserver
-import threading
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
 from swefleet.envs import reaper
 from swefleet.envs.containers import LABEL_RUN
+
+from tests.unix_http import serving
 
 pytestmark = pytest.mark.unit
 RUN = "run-stale"
@@ -62,25 +62,13 @@ class _Engine(BaseHTTPRequestHandler):
         pass
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):
-        sock, _ = super().get_request()
-        return sock, ("engine", 0)
-
-
 @pytest.fixture
 def client(tmp_path):
     import docker
 
     _Engine.present, _Engine.deletes = {REAL}, []
-    server = _UnixServer(str(tmp_path / "docker.sock"), _Engine)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield docker.DockerClient(base_url=f"unix://{tmp_path}/docker.sock", version="1.41",
-                              timeout=5)
-    server.shutdown()
-    server.server_close()
+    with serving(tmp_path / "docker.sock", _Engine) as url:
+        yield docker.DockerClient(base_url=url, version="1.41", timeout=5)
 
 
 def test_a_container_the_engine_cannot_find_is_not_left_behind(client):
