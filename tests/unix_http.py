@@ -18,11 +18,17 @@ class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
         return sock, ("engine", 0)  # http.server wants a (host, port) client address
 
 
+def start(path: Path, handler: type[BaseHTTPRequestHandler]) -> UnixHTTPServer:
+    """`handler` served at `path` in a thread, until `shutdown()` and `server_close()`."""
+    server = UnixHTTPServer(str(path), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @contextmanager
 def serving(path: Path, handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """`unix://` URL of `handler` served at `path` until the block ends."""
-    server = UnixHTTPServer(str(path), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = start(path, handler)
     try:
         yield f"unix://{path}"
     finally:

@@ -28,7 +28,7 @@ from swefleet.envs.hosts import (
 )
 from swefleet.envs.protocol import InfraError
 
-from tests.unix_http import UnixHTTPServer, serving
+from tests.unix_http import UnixHTTPServer, serving, start
 
 pytestmark = pytest.mark.unit
 
@@ -186,9 +186,7 @@ class _ClosingEngine(_Engine):
 
 
 def _serve(path) -> UnixHTTPServer:
-    server = UnixHTTPServer(str(path), _ClosingEngine)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return start(path, _ClosingEngine)
 
 
 def test_a_drained_host_whose_engine_answers_again_is_readmitted(tmp_path):
