@@ -86,7 +86,8 @@ def plant(text: str, path: str, fail_to_pass: list[str], deciding: list[str],
           rng: random.Random, probes: dict[str, Probe] | None = None) -> tuple[str, Twins]:
     """`text` (the test file `path`) with each FAIL_TO_PASS function of it replaced by a renamed
     copy and `TWINS` twins; `deciding`: all the task's deciding ids (a name another of them
-    shares is left alone: it may be inherited); `probes`: recorded behaviour probes by function
+    shares is left alone: it may be inherited; no copy or twin takes any of their names: one
+    defined in a class would shadow a test it inherits from another file); `probes`: recorded behaviour probes by function
     id (`envs/behaviour.py`): such a function's copy and twins end with a call into the package
     instead of a generated constant check."""
     wanted: dict[str, list[str]] = {}  # function id -> the parameter suffixes of its ids
@@ -101,7 +102,8 @@ def plant(text: str, path: str, fail_to_pass: list[str], deciding: list[str],
         return text, out
     lines = text.split("\n")
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.name for n in ast.walk(tree) if isinstance(n, _DEFS)}
+        n.name for n in ast.walk(tree) if isinstance(n, _DEFS)} | {
+        function_id(t).rpartition("::")[2] for t in deciding}  # inherited tests' names too
     words, inserts, dropped = canary.words_of(tree), {}, set()
     for func, suffixes in wanted.items():
         found = find_function(tree, func.split("::")[1:])

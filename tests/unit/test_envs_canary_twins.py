@@ -249,3 +249,26 @@ def test_no_canary_takes_the_name_of_a_renamed_deciding_test():
         _, must_pass, must_fail = canary.plant(text, PATH, random.Random(seed), reserved)
         assert not {t.rpartition("::")[2] for t in must_pass + must_fail} & reserved
     assert collided  # without the reservation the hazard is real
+
+
+def test_no_copy_or_twin_takes_the_name_of_an_inherited_deciding_test():
+    """A class's tests may come from a mixin in another file (`LFUCacheTest(unittest.TestCase,
+    CacheTestMixin)`): the file does not hold their names, the task's test lists do. A twin under
+    such a name, drawn from the file's words, replaces the inherited test in that class: a
+    PASS_TO_PASS test reports as failed (or missing) and a gold patch is graded wrong."""
+    source = ("import unittest\nfrom tests import CacheMixin\n\n\n"
+              "class LFUTest(unittest.TestCase, CacheMixin):\n"
+              "    def test_lfu_copy(self):\n        assert 1\n\n"
+              "    def test_lfu_getsizeof(self):\n        assert 1\n")
+    f2p = [f"{PATH}::LFUTest::test_lfu_copy"]
+    inherited = [f"{PATH}::LFUTest::test_copy_getsizeof", f"{PATH}::LFUTest::test_getsizeof_lfu"]
+    names = {t.rpartition("::")[2] for t in inherited}
+    collided = 0
+    for seed in range(400):  # 2-4 word names from a few words: the inherited ones come up
+        _, unguarded = canary_twins.plant(source, PATH, f2p, f2p, random.Random(seed))
+        ours = [*unguarded.renamed, *unguarded.functions]
+        collided += bool({t.rpartition("::")[2] for t in ours} & names)
+        _, twins = canary_twins.plant(source, PATH, f2p, f2p + inherited, random.Random(seed))
+        assert len(twins.renamed) == 1 and len(twins.functions) == canary_twins.TWINS
+        assert not {t.rpartition("::")[2] for t in [*twins.renamed, *twins.functions]} & names
+    assert collided  # with only the file's names to avoid, the hazard is real
