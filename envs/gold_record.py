@@ -123,7 +123,10 @@ def gold_totals(lines: Iterable[dict], backends: Iterable[str]) -> dict[str, dic
 def record_summary(tasks: Sequence[Task], lines: Iterable[dict], wanted: int) -> dict:
     """What the record says of `tasks` (as they are now): how many have at least `wanted` gold
     grades on each backend, and per backend the grades, resolved and tampered over them all;
-    the tasks with a gold grade not resolved are listed."""
+    the tasks with a gold grade not resolved are listed, each with the grades recorded after its
+    last run that had one (`since_last_failure`: did a fix hold?)."""
+    lines = list(lines)
+    current = {t.instance_id: task_hash(t) for t in tasks}
     known = grades_per_task(tasks, lines)
     covered = [t for t, counts in known.items()
                if all(counts[b]["grades"] >= wanted for b in BACKENDS)]
@@ -132,4 +135,20 @@ def record_summary(tasks: Sequence[Task], lines: Iterable[dict], wanted: int) ->
                           if any(counts[b]["resolved"] < counts[b]["grades"] for b in BACKENDS))
     return {"tasks": len(tasks), "recorded": len(known),
             f"with_{wanted}_or_more_each": len(covered), "gold": totals,
-            "not_always_resolved": not_resolved}
+            "not_always_resolved": not_resolved,
+            "since_last_failure": {t: since_last_failure(lines, t, current[t])
+                                   for t in not_resolved}}
+
+
+def since_last_failure(lines: Iterable[dict], instance_id: str, graded_hash: str) -> dict:
+    """The commit and date of the last run of the task (as `graded_hash`) with a gold grade not
+    resolved, and per backend the grades of its runs recorded after that one (lines are appended
+    in the order the runs ended): whether a fix held."""
+    mine = [line for line in lines
+            if line["instance_id"] == instance_id and line["task_hash"] == graded_hash]
+    failed = [k for k, line in enumerate(mine) if any(
+        int(line.get(b, {}).get("resolved", 0)) < int(line.get(b, {}).get("grades", 0))
+        for b in BACKENDS)]
+    last = mine[failed[-1]] if failed else None
+    return {"last_failure": last and {"commit": last.get("commit"), "date": last.get("date")},
+            "after": gold_totals(mine[failed[-1] + 1:] if failed else mine, BACKENDS)}

@@ -112,3 +112,26 @@ def test_a_line_with_no_backend_is_refused(tmp_path):
     record.write_text(json.dumps({"instance_id": "a", "task_hash": "sha256:x"}) + "\n")
     with pytest.raises(RecordError, match="record.jsonl:1"):
         read_record(record)
+
+
+def test_a_failure_names_its_run_and_the_grades_after_it(tmp_path):
+    """A task not always resolved: the last run with a failure (commit, date) and what the runs
+    recorded after it came to, per backend (whether a grader fix held)."""
+    record, a, b = tmp_path / "record.jsonl", _task("a"), _task("b")
+    ok = {name: _verdicts("resolved", "resolved") for name in ("docker", "bwrap")}
+    bad = {"docker": _verdicts("resolved", "resolved"), "bwrap": _verdicts("resolved", "tampered")}
+    two = [Case("gold", a, "g")] * 2
+    append_record(record, record_lines(two, bad, "d1", "c1"))
+    append_record(record, record_lines(two, ok, "d1", "c2"))
+    append_record(record, record_lines(two, bad, "d2", "c3"))
+    append_record(record, record_lines([Case("gold", b, "g")] * 2, ok, "d2", "c3"))
+    append_record(record, record_lines(two, ok, "d3", "c4"))
+    append_record(record, record_lines(two, ok, "d3", "c5"))
+    summary = record_summary([a, b], read_record(record), 2)
+    assert summary["not_always_resolved"] == ["a"] and list(summary["since_last_failure"]) == ["a"]
+    since = summary["since_last_failure"]["a"]
+    assert since["last_failure"] == {"commit": "c3", "date": "d2"}
+    assert since["after"]["bwrap"] == {"grades": 4, "resolved": 4, "tampered": 0}
+    # a changed task starts anew: its old failures are not its own
+    changed = _task("a", patch="another gold")
+    assert record_summary([changed], read_record(record), 2)["since_last_failure"] == {}
