@@ -87,9 +87,9 @@ def plant(text: str, path: str, fail_to_pass: list[str], deciding: list[str],
     """`text` (the test file `path`) with each FAIL_TO_PASS function of it replaced by a renamed
     copy and `TWINS` twins; `deciding`: all the task's deciding ids (a name another of them
     shares is left alone: it may be inherited; no copy or twin takes any of their names: one
-    defined in a class would shadow a test it inherits from another file); `probes`: recorded behaviour probes by function
-    id (`envs/behaviour.py`): such a function's copy and twins end with a call into the package
-    instead of a generated constant check."""
+    defined in a class would shadow a test it inherits from another file); `probes`: recorded
+    behaviour probes by function id (`envs/behaviour.py`): such a function's copy and twins end
+    with a call into the package instead of a generated constant check."""
     wanted: dict[str, list[str]] = {}  # function id -> the parameter suffixes of its ids
     for test_id in dict.fromkeys(fail_to_pass):
         if test_id.split("::", 1)[0] == path and "::" in test_id:
