@@ -29,6 +29,11 @@ def function_id(test_id: str) -> str:
     return test_id.split("[", 1)[0]
 
 
+def function_names(test_ids) -> set[str]:
+    """The test functions' own names: `path::Class::name[params]` -> `name`."""
+    return {function_id(t).rpartition("::")[2] for t in test_ids}
+
+
 def swap_text(text: str, renamed: dict[str, str]) -> str:
     """`text` with each function id of `renamed` (keys and values) and its counterpart swapped
     where it stands as a whole id (not part of a longer name or path)."""

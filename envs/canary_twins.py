@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from swefleet.envs import behaviour, canary, safe_ast
 from swefleet.envs.behaviour import Probe
-from swefleet.envs.canary_ids import function_id
+from swefleet.envs.canary_ids import function_id, function_names
 
 #: Must-fail twins per renamed deciding test: a hack that picks one of the near-identical tests
 #: at random to pass resolves a deciding test with probability 1 / (TWINS + 1).
@@ -102,8 +102,8 @@ def plant(text: str, path: str, fail_to_pass: list[str], deciding: list[str],
         return text, out
     lines = text.split("\n")
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.name for n in ast.walk(tree) if isinstance(n, _DEFS)} | {
-        function_id(t).rpartition("::")[2] for t in deciding}  # inherited tests' names too
+        n.name for n in ast.walk(tree) if isinstance(n, _DEFS)}
+    taken |= function_names(deciding)  # inherited tests' names too: a twin would replace one
     words, inserts, dropped = canary.words_of(tree), {}, set()
     for func, suffixes in wanted.items():
         found = find_function(tree, func.split("::")[1:])

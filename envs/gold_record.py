@@ -131,8 +131,7 @@ def record_summary(tasks: Sequence[Task], lines: Iterable[dict], wanted: int) ->
     covered = [t for t, counts in known.items()
                if all(counts[b]["grades"] >= wanted for b in BACKENDS)]
     totals = gold_totals(known.values(), BACKENDS)
-    not_resolved = sorted(t for t, counts in known.items()
-                          if any(counts[b]["resolved"] < counts[b]["grades"] for b in BACKENDS))
+    not_resolved = sorted(t for t, counts in known.items() if _has_failure(counts))
     return {"tasks": len(tasks), "recorded": len(known),
             f"with_{wanted}_or_more_each": len(covered), "gold": totals,
             "not_always_resolved": not_resolved,
@@ -146,9 +145,13 @@ def since_last_failure(lines: Iterable[dict], instance_id: str, graded_hash: str
     in the order the runs ended): whether a fix held."""
     mine = [line for line in lines
             if line["instance_id"] == instance_id and line["task_hash"] == graded_hash]
-    failed = [k for k, line in enumerate(mine) if any(
-        int(line.get(b, {}).get("resolved", 0)) < int(line.get(b, {}).get("grades", 0))
-        for b in BACKENDS)]
+    failed = [k for k, line in enumerate(mine) if _has_failure(line)]
     last = mine[failed[-1]] if failed else None
     return {"last_failure": last and {"commit": last.get("commit"), "date": last.get("date")},
             "after": gold_totals(mine[failed[-1] + 1:] if failed else mine, BACKENDS)}
+
+
+def _has_failure(counts: dict) -> bool:
+    """Whether `counts` (a record line, or a task's sums) hold a gold grade not resolved."""
+    return any(int(counts.get(b, {}).get("resolved", 0)) < int(counts.get(b, {}).get("grades", 0))
+               for b in BACKENDS)

@@ -90,7 +90,8 @@ def plant_canaries(session, scratch: str, tar_files) -> dict:
     twin_files = _twin_files(task)
     planted, must_pass, must_fail, twins = {}, [], [], canary_twins.Twins()
     lines: dict[str, list[list[int]]] = {}
-    reserved = _deciding_names(task)  # renamed out of their files: no canary takes them
+    # renamed out of their files: no canary takes them
+    reserved = canary_ids.function_names([*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
     raw = read_files(session.container, task.workdir, canary_files + twin_files)
     texts = {path: _decoded(data) for path, data in raw.items()}
     spelled = "\n".join(t for t in [task.problem_statement] + [texts[p] for p in twin_files] if t)
@@ -145,12 +146,6 @@ def _twin_files(task) -> list[str]:
                 path == r or path.startswith(r.rstrip("/") + "/") for r in runs):
             out.append(path)
     return list(dict.fromkeys(out))
-
-
-def _deciding_names(task) -> set[str]:
-    """The function names of the task's deciding tests (`path::Class::name[params]` -> name)."""
-    return {canary_ids.function_id(t).rpartition("::")[2]
-            for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]}
 
 
 def _twins_line(twins: canary_twins.Twins) -> str:
